@@ -1,0 +1,57 @@
+"""MXFP4 kernels and the torch reference codecs/ops they are checked against.
+
+Pure functions over torch tensors: no I/O, no pandas, no plotting (DESIGN.md "Layout").
+"""
+
+from .formats import (
+    E2M1_VALUES,
+    LAYOUTS,
+    MX_BLOCK,
+    NV_BLOCK,
+    ROUNDINGS,
+    MXFP4Tensor,
+    MXFP8Tensor,
+    NVFP4Tensor,
+    dequantize_mxfp4,
+    dequantize_mxfp8,
+    dequantize_nvfp4,
+    e2m1_to_float,
+    e8m0_to_float,
+    from_ggml,
+    from_openai,
+    mxfp4_codes,
+    quantize_mxfp4,
+    quantize_mxfp8,
+    quantize_nvfp4,
+    repack_mxfp4,
+    to_ggml_bytes,
+)
+from .reference import reference_linear, reference_moe, swiglu_gptoss, topk_softmax
+
+__all__ = [
+    "E2M1_VALUES",
+    "LAYOUTS",
+    "MX_BLOCK",
+    "NV_BLOCK",
+    "ROUNDINGS",
+    "MXFP4Tensor",
+    "MXFP8Tensor",
+    "NVFP4Tensor",
+    "dequantize_mxfp4",
+    "dequantize_mxfp8",
+    "dequantize_nvfp4",
+    "e2m1_to_float",
+    "e8m0_to_float",
+    "from_ggml",
+    "from_openai",
+    "mxfp4_codes",
+    "quantize_mxfp4",
+    "quantize_mxfp8",
+    "quantize_nvfp4",
+    "reference_linear",
+    "reference_moe",
+    "repack_mxfp4",
+    "swiglu_gptoss",
+    "to_ggml_bytes",
+    "topk_softmax",
+]

@@ -1,0 +1,102 @@
+"""Run folders: results/<run_id>/ with meta.json (schema in DESIGN.md "Results").
+
+A run is created before any work starts (so a killed run still says what it was) and `finish()` stamps
+the end time. Measured points are stored by labkit.results next to meta.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import RESULTS_DIR
+from .env import environment, git_commit
+
+META = "meta.json"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def make_run_id(name: str, gpu: str | None) -> str:
+    """<UTC time>-<gpu or 'cpu'>-<name>, e.g. 20261122T0553-h100-80gb-hbm3-gemv. CPU runs are git-ignored."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    dev = _slug(gpu.replace("NVIDIA", "")) if gpu else "cpu"
+    return f"{stamp}-{dev}-{_slug(name)}"
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON through a temporary file and rename, so a kill never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class Run:
+    """One run folder and its metadata."""
+
+    path: Path
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.path / META).read_text())
+
+    def update_meta(self, **fields) -> None:
+        meta = self.meta
+        meta.update(fields)
+        write_json_atomic(self.path / META, meta)
+
+    def finish(self) -> None:
+        self.update_meta(finished=_now())
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+
+def create_run(name: str, *, parameters: dict | None = None, out: str | Path | None = None,
+               command: str | None = None, ceilings: dict | None = None) -> Run:
+    """Create results/<run_id>/ (or `out`) with meta.json describing this machine and command."""
+    env = environment()
+    path = Path(out) if out else RESULTS_DIR / make_run_id(name, env["gpu"])
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "gpu": env["gpu"],
+        "sm_count": env["sm_count"],
+        "driver": env["driver"],
+        "cuda": env["cuda"],
+        "torch": env["torch"],
+        "triton": env["triton"],
+        "triton_mode": env["triton_mode"],
+        "git_commit": git_commit(),
+        "host": env["host"],
+        "started": _now(),
+        "finished": None,
+        "ceilings": ceilings or {"read_gbps": None, "bf16_tflops": None},
+        "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "parameters": parameters or {},
+    }
+    if (path / META).exists():  # resuming: keep the original start, refresh the rest
+        old = json.loads((path / META).read_text())
+        meta["started"] = old.get("started", meta["started"])
+    write_json_atomic(path / META, meta)
+    return Run(path)
+
+
+def open_run(path: str | Path) -> Run:
+    """An existing run folder; raises FileNotFoundError naming the path if it has no meta.json."""
+    p = Path(path)
+    if not (p / META).is_file():
+        raise FileNotFoundError(f"{p} is not a run folder (no {META})")
+    return Run(p)
