@@ -10,10 +10,14 @@ import torch
 
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+# FMA contraction on (Triton's default so far; 3.9 warns that the default will change): keep numerics stable
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+#: the same flag as a constexpr, for the few places kernels must work around the interpreter
+INTERP = tl.constexpr(INTERPRETED)
 
-__all__ = ["triton", "tl", "INTERPRETED"]
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP"]

@@ -39,6 +39,58 @@ def cmd_quickstart(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """Run a sweep spec into a run folder, resuming where a killed run stopped."""
+    from .sweep import run_sweep
+
+    run_sweep(args.spec, out=args.out, resume=args.resume, limit=args.limit, progress=not args.quiet)
+    return 0
+
+
+def _parse_config(text: str | None) -> dict:
+    cfg = {}
+    for item in filter(None, (text or "").split(",")):
+        k, _, v = item.partition("=")
+        if not _:
+            raise ValueError(f"--config items look like NAME=VALUE, got {item!r}")
+        v = v.strip()
+        cfg[k.strip()] = {"true": True, "false": False}.get(v.lower(), int(v) if v.lstrip("-").isdigit() else v)
+    return cfg
+
+
+def cmd_sass(args) -> int:
+    """Compile a variant config (no GPU needed) and print registers, spills, shared memory, loop mix."""
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "0"  # compile for real: must be set before kernels are imported
+    from .compile import static_report
+
+    rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        per = r["loop_instructions"]
+        print(f"{r['kernel']}: {r.get('regs', '?')} registers, {r.get('local', '?')} B local (spills), "
+              f"{r['shared']} B shared, {r['num_warps']} warps; main loop {per} instructions per thread")
+        print("  " + ", ".join(f"{k} {v}" for k, v in r["mix"].items()))
+    return 0
+
+
+def cmd_selfcheck(args) -> int:
+    """Every kernel once on odd small shapes against the reference (run it under compute-sanitizer too)."""
+    from .selfcheck import selfcheck_linear
+
+    rows = selfcheck_linear()
+    bad = [r for r in rows if not r["ok"]]
+    for r in rows:
+        err = "-" if r["err"] is None else f"{r['err']:.2e}"
+        print(f"{'ok ' if r['ok'] else 'BAD'} {r['variant']:12s} m={r['m']:<3d} n={r['n']:<4d} k={r['k']:<4d} "
+              f"err={err} {r.get('error', '')}")
+    print(f"{len(rows) - len(bad)}/{len(rows)} correct")
+    return 1 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -53,6 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quickstart", help="the default job: run the lab's notebooks into a new run folder")
     p.add_argument("--out", help="run folder to write (default: results/<run_id>)")
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("sweep", help="run a sweep spec (YAML or shipped name) into a run folder, resumable")
+    p.add_argument("spec", help="YAML file or the name of a shipped spec, e.g. linear_gptoss")
+    p.add_argument("--out", help="run folder to create (default results/<run_id>)")
+    p.add_argument("--resume", metavar="RUN", help="continue a run folder, skipping points already stored")
+    p.add_argument("--limit", type=int, help="measure at most N points this time")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("sass", help="compile a variant config without a GPU: registers, spills, loop instructions")
+    p.add_argument("variant")
+    p.add_argument("--m", type=int, default=1, help="tokens (default 1)")
+    p.add_argument("--n", type=int, default=201088, help="output features (default lm_head 201088)")
+    p.add_argument("--k", type=int, default=2880, help="input features (default 2880)")
+    p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
+    p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sass)
+
+    p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
+    p.set_defaults(func=cmd_selfcheck)
     return parser
 
 

@@ -1,0 +1,101 @@
+"""Triton helpers that decode MXFP4 in registers (shared by the linear and MoE kernels).
+
+Weights are read as 32-bit words, 8 E2M1 codes each (openai nibble order: element e of the word sits at bit
+4e). Nibbles 16 bits apart are turned into fp16x2 bit patterns with shifts and masks only: the E2M1 code
+placed at fp16 bits 15 (sign) and 11..9 (exponent and mantissa) is exactly the E2M1 value times 2^-14,
+because fp16's subnormals cover the E2M1 subnormal 0.5. So a word gives four pairs:
+
+    pair A = elements (0, 4), B = (1, 5), C = (2, 6), D = (3, 7)   (low half, high half)
+
+All arithmetic is plain Triton, so the same source runs compiled and in the interpreter.
+"""
+
+from ._triton import INTERP, tl, triton
+
+#: 2^14: undoes the 2^-14 the fp16 bit trick leaves in every decoded value.
+F16_TRICK = tl.constexpr(16384.0)
+#: float32 value of the E8M0 byte 0 (2^-127, a float32 subnormal that `byte << 23` cannot express).
+E8M0_BYTE0 = tl.constexpr(5.877471754111438e-39)
+
+
+@triton.jit
+def e2m1_pairs(v):
+    """uint32 words [..] of 8 E2M1 codes -> four uint32 words of fp16x2 bits: (e0,e4), (e1,e5), (e2,e6), (e3,e7)."""
+    a = ((v << 9) & 0x0E000E00) | ((v << 12) & 0x80008000)
+    b = ((v << 5) & 0x0E000E00) | ((v << 8) & 0x80008000)
+    c = ((v << 1) & 0x0E000E00) | ((v << 4) & 0x80008000)
+    d = ((v >> 3) & 0x0E000E00) | (v & 0x80008000)
+    return a, b, c, d
+
+
+@triton.jit
+def half_lo(p):
+    """Low fp16 of an fp16x2 word as float32 (the E2M1 value times 2^-14)."""
+    return (p & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def half_hi(p):
+    """High fp16 of an fp16x2 word as float32 (the E2M1 value times 2^-14)."""
+    return (p >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def e8m0_to_f32(s):
+    """E8M0 bytes -> float32 2^(s-127), exact for every byte: 0 is the subnormal 2^-127, 255 is NaN."""
+    s32 = s.to(tl.uint32)
+    f = ((s32 << 23) | ((s32 == 255).to(tl.uint32) << 22)).to(tl.float32, bitcast=True)
+    return tl.where(s32 == 0, E8M0_BYTE0, f)
+
+
+@triton.jit
+def e8m0_times_2p14(s):
+    """E8M0 bytes -> float32 2^(s-127+14), exact for bytes 14..240 (a variant's documented scale window)."""
+    return ((s.to(tl.uint32) + 14) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def interleave8(e0, e1, e2, e3, e4, e5, e6, e7):
+    """Eight [R, W] tensors (element e of every word) -> [R, 8 W] in natural K order (index 8 w + e)."""
+    t = tl.join(tl.join(tl.join(e0, e4), tl.join(e2, e6)), tl.join(tl.join(e1, e5), tl.join(e3, e7)))
+    return tl.reshape(t, (t.shape[0], t.shape[1] * 8))
+
+
+@triton.jit
+def decode_bf16(v, s):
+    """uint32 words [R, W] and their scale bytes [R, W] (one per word) -> bf16 weights [R, 8 W] in K order.
+
+    Exact for scale bytes 14..240: (E2M1 * 2^-14 in fp32) * 2^(s-113) has at most two significant bits.
+    """
+    a, b, c, d = e2m1_pairs(v)
+    sc = e8m0_times_2p14(s)
+    return interleave8(
+        (half_lo(a) * sc).to(tl.bfloat16), (half_lo(b) * sc).to(tl.bfloat16),
+        (half_lo(c) * sc).to(tl.bfloat16), (half_lo(d) * sc).to(tl.bfloat16),
+        (half_hi(a) * sc).to(tl.bfloat16), (half_hi(b) * sc).to(tl.bfloat16),
+        (half_hi(c) * sc).to(tl.bfloat16), (half_hi(d) * sc).to(tl.bfloat16),
+    )
+
+
+@triton.jit
+def dot_bf16(a, b, acc):
+    """tl.dot for bf16 operands; Triton 3.9's interpreter mis-multiplies bf16, so it gets fp32 copies there."""
+    if INTERP:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def round_to_e4m3(x):
+    """Round float32 to the nearest E4M3 value (ties to even, saturating at +-448), still as float32.
+
+    Casting the result to float8 is then exact everywhere; Triton's interpreter rounds some casts wrongly
+    (e.g. -127.5 -> -64), so the rounding is done here in plain arithmetic.
+    """
+    a = tl.minimum(tl.abs(x), 448.0)
+    bits = a.to(tl.uint32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+    sub = (a + 16384.0) - 16384.0  # multiples of 2^-9 below 2^-6 (E4M3 subnormals)
+    r = tl.minimum(tl.where(a < 0.015625, sub, normal), 448.0)
+    return tl.where(x < 0, -r, r)

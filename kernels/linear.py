@@ -1,0 +1,452 @@
+"""MXFP4-weight linear layers: y[M, N] = x[M, K] @ W[N, K]^T (+ bias), bf16 in and out, fp32 accumulation.
+
+Variants (registered in VARIANTS, kind "gemv" for small M, "gemm" for large M):
+  gemv         CUDA cores. One program per BLOCK_N rows streams all of K with 16-byte loads, the tokens of a
+               BLOCK_M tile looped inside; exact decode for every scale byte.
+  gemv_splitk  gemv with K split over SPLIT_K programs, reduced with fp32 atomics and a small epilogue.
+  gemv_tc      tensor cores for small M: W tiles decoded to bf16 in registers are the MMA's M side (tokens its
+               N side), so one token still fills the MMA with weight rows; optional split-K.
+  mma          the same kernel tiled for large M (big token tiles, programs grouped for L2 reuse).
+  dot_scaled   tl.dot_scaled(x bf16, W e2m1 + e8m0 scales): the compiler's own MXFP4 path.
+  w4a8         activations quantized to MXFP8 (E4M3 + E8M0) by a small kernel, then tl.dot_scaled(e4m3, e2m1).
+               Trades accuracy (reported by the benchmarks) for 8-bit activation traffic.
+
+Every launcher takes (x, prepared weight, bias, **config); no launcher syncs with the host, allocates
+data-dependent sizes or reads device values, so all of them run under CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import INTERPRETED, tl, triton
+from .decode import F16_TRICK, decode_bf16, dot_bf16, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, round_to_e4m3
+from .formats import MXFP4Tensor
+from .prepare import PreparedMXFP4, prepare_mxfp4
+from .variants import (
+    Variant,
+    get_variant,
+    register,
+    rule_block_k_multiple_of_32,
+    rule_max,
+    rule_pow2,
+    rule_scale_window,
+)
+
+# ------------------------------------------------------------------------------------------------------------
+# Triton kernels
+
+
+@triton.jit
+def _k_range(pid_k, K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """[t0, t1) in units of BLOCK_K tiles for split pid_k of SPLIT_K."""
+    n_tiles = tl.cdiv(K, BLOCK_K)
+    per = tl.cdiv(n_tiles, SPLIT_K)
+    t0 = pid_k * per
+    return t0, tl.minimum(t0 + per, n_tiles)
+
+
+@triton.jit
+def _store_out(acc, rm, rn, M, N, y_ptr, stride_ym, b_ptr, ws_ptr, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr):
+    """acc [BM, BN] fp32 -> y (bf16, + bias) or, when split, atomically into the fp32 workspace."""
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(tl.bfloat16), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask, sem="relaxed")
+
+
+@triton.jit
+def _splitk_epilogue(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """y = bf16(workspace + bias) after a split-K reduction."""
+    pid_m = tl.program_id(1)
+    rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    nm = rn < N
+    acc = tl.load(ws_ptr + pid_m * N + rn, mask=nm, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=nm, other=0.0).to(tl.float32)
+    tl.store(y_ptr + pid_m * stride_ym + rn, acc.to(tl.bfloat16), mask=nm)
+
+
+@triton.jit
+def _gemv_step(acc, t, x_ptr, w_ptr, s_ptr, rm, rn, rw, mmask, nmask, KW, KB, stride_xm,
+               BLOCK_K: tl.constexpr, MASK_K: tl.constexpr):
+    """One BLOCK_K slice: acc[m, n, word] += scale * sum_e W[n, 8 word + e] x[m, 8 word + e]."""
+    kw = t * (BLOCK_K // 8) + rw
+    if MASK_K:  # only the last, partial K tile pays for K masks
+        wm = nmask[:, None] & (kw < KW)[None, :]
+        xm = mmask[:, None] & (kw < KW)[None, :]
+    else:
+        wm = nmask[:, None]
+        xm = mmask[:, None]
+    v = tl.load(w_ptr + rn[:, None] * KW + kw[None, :], mask=wm, other=0).to(tl.uint32, bitcast=True)
+    s = tl.load(s_ptr + rn[:, None] * KB + (kw // 4)[None, :], mask=wm, other=0)
+    a, b, c, d = e2m1_pairs(v)
+    xp = x_ptr + rm[:, None] * stride_xm + (kw * 8)[None, :]
+    p = half_lo(a)[None] * tl.load(xp + 0, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(b)[None] * tl.load(xp + 1, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(c)[None] * tl.load(xp + 2, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(d)[None] * tl.load(xp + 3, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(a)[None] * tl.load(xp + 4, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(b)[None] * tl.load(xp + 5, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(c)[None] * tl.load(xp + 6, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(d)[None] * tl.load(xp + 7, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    return acc + p * e8m0_to_f32(s)[None]
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym,
+                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 SPLIT_K: tl.constexpr):
+    """CUDA-core GEMV: per-word partial sums accumulate in registers, reduced over words once at the end."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    KW = K // 8
+    KB = K // 32
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rw = tl.arange(0, BLOCK_K // 8)
+    nmask = rn < N
+    mmask = rm < M
+    t0, t1 = _k_range(tl.program_id(2), K, BLOCK_K, SPLIT_K)
+    full = tl.minimum(t1, K // BLOCK_K)  # tiles entirely inside K
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+    for t in range(t0, full):
+        acc = _gemv_step(acc, t, x_ptr, w_ptr, s_ptr, rm, rn, rw, mmask, nmask, KW, KB, stride_xm, BLOCK_K, False)
+    for t in range(tl.maximum(full, t0), t1):
+        acc = _gemv_step(acc, t, x_ptr, w_ptr, s_ptr, rm, rn, rw, mmask, nmask, KW, KB, stride_xm, BLOCK_K, True)
+    out = tl.sum(acc, axis=2) * F16_TRICK
+    _store_out(out, rm, rn, M, N, y_ptr, stride_ym, b_ptr, ws_ptr, HAS_BIAS, SPLIT_K)
+
+
+@triton.jit
+def _mma_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym,
+                HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tensor cores on W decoded to bf16 in registers (exact for scale bytes 14..240).
+
+    The MMA computes acc[n, m] = W x^T: weight rows are its M side (so one token still fills it) and the
+    decoded W stays in registers as the A operand. (The other orientation, W^T as the B operand, crashes
+    Triton 3.6's OptimizeDotOperands pass.)
+    """
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    # group consecutive programs over M so a band of W tiles is reused from L2 (matters at large M)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+    KW = K // 8
+    KB = K // 32
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rw = tl.arange(0, BLOCK_K // 8)
+    rk = tl.arange(0, BLOCK_K)
+    nmask = rn < N
+    mmask = rm < M
+    t0, t1 = _k_range(tl.program_id(2), K, BLOCK_K, SPLIT_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    for t in range(t0, t1):
+        kw = t * (BLOCK_K // 8) + rw
+        wm = nmask[:, None] & (kw < KW)[None, :]
+        v = tl.load(w_ptr + rn[:, None] * KW + kw[None, :], mask=wm, other=0).to(tl.uint32, bitcast=True)
+        s = tl.load(s_ptr + rn[:, None] * KB + (kw // 4)[None, :], mask=wm, other=127)
+        w = decode_bf16(v, s)  # [BLOCK_N, BLOCK_K]
+        k = t * BLOCK_K + rk
+        x = tl.load(x_ptr + rm[None, :] * stride_xm + k[:, None], mask=mmask[None, :] & (k < K)[:, None], other=0.0)
+        acc = dot_bf16(w, x, acc)
+    _store_out(tl.trans(acc), rm, rn, M, N, y_ptr, stride_ym, b_ptr, ws_ptr, HAS_BIAS, SPLIT_K)
+
+
+@triton.jit
+def _dot_scaled_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, stride_ym,
+                       X_FORMAT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, SWAP: tl.constexpr):
+    """tl.dot_scaled with W as e2m1 + e8m0 scales; x is bf16 (X_FORMAT 'bf16') or MXFP8 ('e4m3' + xs scales)."""
+    pid_m = tl.program_id(0) % tl.cdiv(M, BLOCK_M)
+    pid_n = tl.program_id(0) // tl.cdiv(M, BLOCK_M)
+    K2 = K // 2
+    KB = K // 32
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    rk2 = tl.arange(0, BLOCK_K // 2)
+    rb = tl.arange(0, BLOCK_K // 32)
+    nmask = rn < N
+    mmask = rm < M
+    t0, t1 = _k_range(tl.program_id(2), K, BLOCK_K, SPLIT_K)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for t in range(t0, t1):
+        k = t * BLOCK_K + rk
+        k2 = t * (BLOCK_K // 2) + rk2
+        kb = t * (BLOCK_K // 32) + rb
+        w = tl.load(w_ptr + rn[:, None] * K2 + k2[None, :], mask=nmask[:, None] & (k2 < K2)[None, :], other=0)
+        ws = tl.load(s_ptr + rn[:, None] * KB + kb[None, :], mask=nmask[:, None] & (kb < KB)[None, :], other=127)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=mmask[:, None] & (k < K)[None, :], other=0.0)
+        if X_FORMAT == "bf16":
+            xs = None
+        else:
+            xs = tl.load(xs_ptr + rm[:, None] * KB + kb[None, :], mask=mmask[:, None] & (kb < KB)[None, :], other=127)
+        if SWAP:
+            acc = tl.dot_scaled(w, ws, "e2m1", tl.trans(x), xs, X_FORMAT, acc)
+        else:
+            acc = tl.dot_scaled(x, xs, X_FORMAT, tl.trans(w), ws, "e2m1", acc)
+    if SWAP:
+        acc = tl.trans(acc)
+    _store_out(acc, rm, rn, M, N, y_ptr, stride_ym, b_ptr, ws_ptr, HAS_BIAS, SPLIT_K)
+
+
+@triton.jit
+def _quantize_mxfp8_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, BLOCK_K: tl.constexpr):
+    """Rows of x (bf16) -> MXFP8: E8M0 scale per 32 (OCP floor rule, as kernels.formats) and E4M3 elements."""
+    m = tl.program_id(0)
+    rk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    km = rk < K
+    x = tl.load(x_ptr + m * stride_xm + rk, mask=km, other=0.0).to(tl.float32)
+    xb = tl.reshape(x, (BLOCK_K // 32, 32))
+    amax = tl.max(tl.abs(xb), axis=1)
+    e = ((amax.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32)  # biased exponent of amax
+    byte = tl.where(amax > 0, tl.maximum(e - 8, 0), 0)  # floor(log2 amax) - 8, as a biased byte
+    inv = ((254 - byte).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(127 - byte), exact
+    inv = tl.where(byte == 254, 5.877471754111438e-39, inv)  # byte 254 -> 2^-127 (a subnormal)
+    q = round_to_e4m3(xb * inv[:, None]).to(tl.float8e4nv)
+    tl.store(q_ptr + m * K + rk, tl.reshape(q, (BLOCK_K,)), mask=km)
+    rb = tl.program_id(1) * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+    tl.store(s_ptr + m * (K // 32) + rb, byte.to(tl.uint8), mask=rb < K // 32)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Launchers (x bf16 [M, K] contiguous rows, p prepared weight [N, K], bias [N] or None)
+
+
+def _empty_like_out(x, N):
+    return torch.empty((x.shape[0], N), device=x.device, dtype=torch.bfloat16)
+
+
+def _workspace(x, N, split_k):
+    return torch.zeros((x.shape[0], N), device=x.device, dtype=torch.float32) if split_k > 1 else None
+
+
+def _finish_split(ws, bias, y, split_k):
+    if split_k > 1:
+        M, N = y.shape
+        _splitk_epilogue[(triton.cdiv(N, 1024), M)](ws, bias if bias is not None else ws, y, M, N, y.stride(0),
+                                                    HAS_BIAS=bias is not None, BLOCK=1024)
+    return y
+
+
+def _run_gemv(x, p: PreparedMXFP4, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K=1, num_warps=4, num_stages=2):
+    M, K = x.shape
+    N = p.N
+    y = _empty_like_out(x, N)
+    ws = _workspace(x, N, SPLIT_K)
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M), SPLIT_K)
+    _gemv_kernel[grid](x, p.words, p.scales, bias if bias is not None else y, y, ws if ws is not None else y,
+                       M, N, K, x.stride(0), y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
+                       BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages)
+    return _finish_split(ws, bias, y, SPLIT_K)
+
+
+def _run_mma(x, p: PreparedMXFP4, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K=1, GROUP_M=8, num_warps=4,
+             num_stages=3):
+    M, K = x.shape
+    N = p.N
+    y = _empty_like_out(x, N)
+    ws = _workspace(x, N, SPLIT_K)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), 1, SPLIT_K)
+    _mma_kernel[grid](x, p.words, p.scales, bias if bias is not None else y, y, ws if ws is not None else y,
+                      M, N, K, x.stride(0), y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, SPLIT_K=SPLIT_K, GROUP_M=GROUP_M,
+                      num_warps=num_warps, num_stages=num_stages)
+    return _finish_split(ws, bias, y, SPLIT_K)
+
+
+def quantize_mxfp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x bf16 [M, K] -> (E4M3 [M, K], E8M0 bytes [M, K/32]) on the device, in one small kernel."""
+    M, K = x.shape
+    q = torch.empty((M, K), device=x.device, dtype=torch.float8_e4m3fn)
+    s = torch.empty((M, K // 32), device=x.device, dtype=torch.uint8)
+    if M:
+        _quantize_mxfp8_kernel[(M, triton.cdiv(K, 256))](x, q, s, K, x.stride(0), BLOCK_K=256)
+    return q, s
+
+
+def _run_dot_scaled(x, p: PreparedMXFP4, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K=1, SWAP=False,
+                    num_warps=4, num_stages=3, _x_format="bf16"):
+    M, K = x.shape
+    N = p.N
+    if _x_format == "e4m3":
+        xq, xs = quantize_mxfp8_rows(x)
+    else:
+        xq, xs = x, x
+    y = _empty_like_out(x, N)
+    ws = _workspace(x, N, SPLIT_K)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), 1, SPLIT_K)
+    _dot_scaled_kernel[grid](xq, xs, p.blocks, p.scales, bias if bias is not None else y, y,
+                             ws if ws is not None else y, M, N, K, xq.stride(0), y.stride(0), X_FORMAT=_x_format,
+                             HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                             SPLIT_K=SPLIT_K, SWAP=SWAP, num_warps=num_warps, num_stages=num_stages)
+    return _finish_split(ws, bias, y, SPLIT_K)
+
+
+def _run_w4a8(x, p, bias, **cfg):
+    return _run_dot_scaled(x, p, bias, _x_format="e4m3", **cfg)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Registry
+
+_rule_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps")
+
+
+def _rule_dot_k(cfg, problem):
+    if cfg["BLOCK_K"] < 64:
+        return f"BLOCK_K={cfg['BLOCK_K']} must be at least 64 (8 words per row for the tensor-core decode)"
+    return None
+
+
+def _rule_gemv_regs(cfg, problem):
+    # the accumulator holds BLOCK_M * BLOCK_N * BLOCK_K/8 floats across the program's threads
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
+    if per_thread > 64:
+        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N*BLOCK_K/8/threads > 64)"
+    return None
+
+
+def _rule_tc_tile(cfg, problem):
+    if cfg["BLOCK_N"] * cfg["BLOCK_K"] // (32 * cfg["num_warps"]) > 256:
+        return "decoded W tile exceeds 256 values per thread (BLOCK_N*BLOCK_K/threads)"
+    return None
+
+
+def _rule_splitk_tiles(cfg, problem):
+    k, bk, sk = problem.get("k"), cfg["BLOCK_K"], cfg.get("SPLIT_K", 1)
+    if k is not None and sk > 1 and -(-k // bk) < sk:
+        return f"SPLIT_K={sk} exceeds the {-(-k // bk)} K tiles of BLOCK_K={bk}"
+    return None
+
+
+_BF16_WINDOW = rule_scale_window(14, 240)
+
+register(Variant(
+    name="gemv", kind="gemv", op="linear", fn=_run_gemv,
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64, 128), "BLOCK_K": (64, 128, 256, 512), "num_warps": (2, 4, 8),
+           "num_stages": (1, 2)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs),
+    description="CUDA cores, one program per BLOCK_N rows over all K, tokens of a BLOCK_M tile inside",
+))
+register(Variant(
+    name="gemv_splitk", kind="gemv", op="linear", fn=_run_gemv,
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (32, 64, 128, 256), "SPLIT_K": (2, 4, 8, 16),
+           "num_warps": (2, 4), "num_stages": (1, 2)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 2},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs, _rule_splitk_tiles),
+    description="gemv with K split across programs, fp32 atomics then a bias/cast epilogue",
+))
+register(Variant(
+    name="gemv_tc", kind="gemv", op="linear", fn=_run_mma,
+    space={"BLOCK_M": (16, 32, 64), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "SPLIT_K": (1, 2, 4),
+           "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 1, "num_warps": 4,
+              "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_splitk_tiles, _BF16_WINDOW),
+    description="tensor cores with W as the MMA's M side (tokens on N): small M still fills the MMA",
+))
+register(Variant(
+    name="mma", kind="gemm", op="linear", fn=_run_mma,
+    space={"BLOCK_M": (64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "GROUP_M": (8,),
+           "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 1, "GROUP_M": 8, "num_warps": 8,
+              "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _BF16_WINDOW),
+    description="tensor cores, W tiles decoded to bf16 in registers then tl.dot",
+))
+register(Variant(
+    name="dot_scaled", kind="gemm", op="linear", fn=_run_dot_scaled,
+    space={"BLOCK_M": (16, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "SWAP": (False, True),
+           "SPLIT_K": (1, 4), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "SWAP": False, "num_warps": 8,
+              "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_splitk_tiles),
+    description="tl.dot_scaled(x bf16, W e2m1 with e8m0 scales): the compiler's MXFP4 path",
+))
+register(Variant(
+    name="w4a8", kind="gemm", op="linear", fn=_run_w4a8,
+    space={"BLOCK_M": (16, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "SWAP": (False, True),
+           "SPLIT_K": (1, 4), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "SWAP": False, "num_warps": 8,
+              "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_splitk_tiles),
+    description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1); lossy in x",
+    extra={"lossy_activations": True},
+))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def _check_linear_args(x, w, bias):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x must have dtype bfloat16, got {str(x.dtype).replace('torch.', '')}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K], got shape {tuple(x.shape)}")
+    if isinstance(w, PreparedMXFP4):
+        shape = w.shape
+    elif isinstance(w, MXFP4Tensor):
+        shape = w.shape
+    else:
+        raise TypeError(f"w must be an MXFP4Tensor, got {type(w).__name__}")
+    if len(shape) != 2:
+        raise ValueError(f"w must be 2-D [N, K], got shape {shape}")
+    if x.shape[1] != shape[1]:
+        raise ValueError(f"x has K={x.shape[1]} but w has K={shape[1]}")
+    if x.device != (w.words.device if isinstance(w, PreparedMXFP4) else w.device):
+        raise ValueError("x and w must be on the same device")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.bfloat16, torch.float32, torch.float16):
+            raise TypeError("bias must be a bf16, fp16 or fp32 tensor")
+        if tuple(bias.shape) != (shape[0],):
+            raise ValueError(f"bias must have shape ({shape[0]},), got {tuple(bias.shape)}")
+
+
+def linear_problem(m: int, p: PreparedMXFP4) -> dict:
+    """The problem dict variants' rules see for a call of M tokens on prepared weight p."""
+    return {"m": m, "n": p.N, "k": p.K, "scale_min": p.scale_min, "scale_max": p.scale_max}
+
+
+def mxfp4_linear(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, variant: str = "auto", **config):
+    """y[M, N] = x[M, K] @ W^T (+ bias) with W an MXFP4Tensor [N, K] (or its prepared form); bf16 out.
+
+    variant="auto" picks by M from the host-side table in kernels.tables (no device sync); any other name
+    runs that variant with `config` over its defaults. Raises ValueError naming the rule a config breaks.
+    """
+    _check_linear_args(x, w, bias)
+    p = w if isinstance(w, PreparedMXFP4) else prepare_mxfp4(w)
+    M = x.shape[0]
+    if M == 0:
+        return torch.empty((0, p.N), device=x.device, dtype=torch.bfloat16)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    problem = linear_problem(M, p)
+    if variant == "auto":
+        from .tables import pick_linear
+
+        variant, picked = pick_linear(problem)
+        config = {**picked, **config}
+    v = get_variant(variant, "linear")
+    cfg = v.check(config, problem)
+    return v.fn(x, p, bias, **cfg)
+
+
+__all__ = ["mxfp4_linear", "quantize_mxfp8_rows", "linear_problem", "INTERPRETED"]

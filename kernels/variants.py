@@ -1,0 +1,139 @@
+"""Registry of kernel variants: name -> kind, launcher, parameter space and the constraints on configs.
+
+Sweeps enumerate `Variant.configs(problem)`; `check` explains, naming the rule, why a config is ruled out.
+A problem is a dict describing one call: m, n, k, and for weights scale_min/scale_max (from prepare_mxfp4);
+MoE problems add experts, top_k and tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+KINDS = ("gemv", "gemm", "moe")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel variant.
+
+    fn: launcher fn(*args, **config) (signature fixed per op: see linear.py / moe.py).
+    space: parameter -> candidate values a sweep tries. defaults: the config used when the caller gives none.
+    rules: functions (config, problem) -> reason string when the config cannot run that problem, else None.
+    """
+
+    name: str
+    kind: str
+    op: str
+    fn: Callable
+    space: Mapping[str, tuple]
+    defaults: Mapping[str, object]
+    rules: tuple[Callable[[Mapping, Mapping], str | None], ...] = ()
+    description: str = ""
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def reason(self, config: Mapping, problem: Mapping) -> str | None:
+        """Why this config cannot run this problem, or None if it can."""
+        known = set(self.space) | set(self.defaults)
+        unknown = set(config) - known
+        if unknown:
+            return (f"unknown parameter(s) {', '.join(sorted(unknown))} for variant {self.name!r}; "
+                    f"known: {', '.join(sorted(known))}")
+        for rule in self.rules:
+            r = rule(config, problem)
+            if r:
+                return r
+        return None
+
+    def check(self, config: Mapping, problem: Mapping) -> dict:
+        """Full config (defaults filled in) or ValueError naming the broken rule."""
+        full = {**self.defaults, **config}
+        r = self.reason(full, problem)
+        if r:
+            raise ValueError(f"variant {self.name!r} cannot run {_fmt(problem)} with {full}: {r}")
+        return full
+
+    def configs(self, problem: Mapping, space: Mapping[str, tuple] | None = None) -> list[dict]:
+        """Every config of the (given or registered) space that the rules allow for this problem."""
+        space = dict(space or self.space)
+        keys = list(space)
+        out = []
+        for vals in itertools.product(*(space[k] for k in keys)):
+            cfg = {**self.defaults, **dict(zip(keys, vals))}
+            if self.reason(cfg, problem) is None:
+                out.append(cfg)
+        return out
+
+
+def _fmt(problem: Mapping) -> str:
+    return "(" + ", ".join(f"{k}={v}" for k, v in problem.items() if v is not None) + ")"
+
+
+VARIANTS: dict[str, Variant] = {}
+
+
+def register(v: Variant) -> Variant:
+    if v.kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {v.kind!r}")
+    if v.name in VARIANTS:
+        raise ValueError(f"variant {v.name!r} is already registered")
+    VARIANTS[v.name] = v
+    return v
+
+
+def variants_for(op: str) -> dict[str, Variant]:
+    """The registered variants of one op ('linear' or 'moe')."""
+    return {k: v for k, v in VARIANTS.items() if v.op == op}
+
+
+def get_variant(name: str, op: str) -> Variant:
+    known = variants_for(op)
+    if name not in known:
+        raise ValueError(f"variant must be 'auto' or one of {', '.join(known)}, got {name!r}")
+    return known[name]
+
+
+# ---- rules shared by variants ----------------------------------------------------------------------------
+
+
+def rule_pow2(*params: str):
+    def rule(cfg, problem):
+        for p in params:
+            v = cfg.get(p)
+            if v is not None and (v <= 0 or v & (v - 1)):
+                return f"{p}={v} must be a power of two"
+        return None
+
+    return rule
+
+
+def rule_block_k_multiple_of_32(cfg, problem):
+    bk = cfg.get("BLOCK_K")
+    if bk is not None and bk % 32:
+        return f"BLOCK_K={bk} must be a multiple of the MXFP4 block (32)"
+    return None
+
+
+def rule_scale_window(lo: int, hi: int):
+    """Fast decodes are exact only for scale bytes in [lo, hi]; the weight's range comes from prepare_mxfp4."""
+
+    def rule(cfg, problem):
+        smin, smax = problem.get("scale_min"), problem.get("scale_max")
+        if smin is not None and (smin < lo or smax > hi):
+            return f"weight scale bytes {smin}..{smax} fall outside this variant's exact range {lo}..{hi}"
+        return None
+
+    return rule
+
+
+def rule_max(param_or_problem_key: str, limit_param: str):
+    """problem[key] must not exceed cfg[limit_param] (e.g. tokens handled inside one program)."""
+
+    def rule(cfg, problem):
+        v, lim = problem.get(param_or_problem_key), cfg.get(limit_param)
+        if v is not None and lim is not None and v > lim:
+            return f"{param_or_problem_key}={v} exceeds {limit_param}={lim}"
+        return None
+
+    return rule

@@ -1,0 +1,246 @@
+"""The measuring harness (DESIGN.md "Measuring"): correctness first, then CUDA-graph timing against the floor.
+
+For every point: fresh random inputs are checked against the fp32 reference (a wrong config is stored as
+`incorrect` and never timed); then the call is timed as CUDA-graph replays (median, p10, p90 of >= 20
+replays after warm-up) over enough distinct weight copies that one replay touches >= 4x the L2, divided
+by the number of copies; eager time is recorded too. Floors use the ceilings measured at the start of the
+run. Without a GPU the same code runs through the Triton interpreter at small shapes: timings are then
+wall-clock interpreter seconds (column `timing` = "interpreter"), with no floor.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from kernels import VARIANTS, MXFP4Tensor, from_openai, mxfp4_linear, mxfp4_to_dense, prepare_mxfp4
+from kernels.reference import reference_linear
+
+ON_GPU = torch.cuda.is_available()
+DEFAULT_L2_BYTES = 50 * 2**20
+
+#: relative error allowed against the fp32 reference: bf16 output rounding is ~2^-9 per element, so a norm-wise
+#: error above 1e-2 means a wrong result, not rounding. Lossy variants (MXFP8 activations) get their own bound
+#: and report the error they reach as their accuracy cost.
+TOL = 1e-2
+TOL_LOSSY = 8e-2
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if ON_GPU else "cpu")
+
+
+def l2_bytes() -> int:
+    if ON_GPU:
+        return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", DEFAULT_L2_BYTES) or DEFAULT_L2_BYTES
+    return DEFAULT_L2_BYTES
+
+
+def copies_for(bytes_per_call: float, l2: int | None = None) -> int:
+    """Distinct weight copies so one replay over all of them touches >= 4x the L2."""
+    return max(1, math.ceil(4 * (l2 or l2_bytes()) / max(bytes_per_call, 1)))
+
+
+def random_mxfp4(n: int, k: int, *, seed: int, dev=None, lead: tuple[int, ...] = ()) -> MXFP4Tensor:
+    """Random MXFP4 weight made directly from bytes (no dense copy): codes uniform, scale bytes 118..124
+    (|w| up to ~0.2, like trained weights), deterministic by seed."""
+    dev = dev or device()
+    g = torch.Generator(device=dev).manual_seed(seed)
+    blocks = torch.randint(0, 256, (*lead, n, k // 32, 16), generator=g, device=dev, dtype=torch.uint8)
+    scales = torch.randint(118, 125, (*lead, n, k // 32), generator=g, device=dev, dtype=torch.uint8)
+    return from_openai(blocks, scales)
+
+
+# ---- timing ------------------------------------------------------------------------------------------------
+
+
+def _percentile(vals: Sequence[float], q: float) -> float:
+    s = sorted(vals)
+    idx = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[idx]
+
+
+def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup: int = 3) -> dict:
+    """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
+
+    GPU: CUDA-graph replays of the whole pass (median, p10, p90) and eager passes (median), each divided
+    by len(calls). CPU: wall-clock eager passes through the interpreter only.
+    """
+    n = len(calls)
+    if not ON_GPU:
+        times = []
+        for _ in range(max(1, min(reps, 3))):
+            t = time.perf_counter()
+            for c in calls:
+                c()
+            times.append((time.perf_counter() - t) * 1e6 / n)
+        return {"us_graph": None, "us_graph_p10": None, "us_graph_p90": None, "us_eager": statistics.median(times),
+                "timing": "interpreter"}
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside capture: compiles, allocator, cuBLAS handles
+        for _ in range(2):
+            for c in calls:
+                c()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+
+    def timed(fn) -> float:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) * 1e3 / n
+
+    def eager_pass():
+        for c in calls:
+            c()
+
+    eager = [timed(eager_pass) for _ in range(max(5, reps // 3))]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        eager_pass()
+    for _ in range(warmup):
+        graph.replay()
+    reps_t = [timed(graph.replay) for _ in range(reps)]
+    del graph
+    return {"us_graph": statistics.median(reps_t), "us_graph_p10": _percentile(reps_t, 0.1),
+            "us_graph_p90": _percentile(reps_t, 0.9), "us_eager": statistics.median(eager), "timing": "cuda_graph"}
+
+
+# ---- linear points -------------------------------------------------------------------------------------------
+
+BASELINES = ("cublas_bf16", "dequant_matmul")
+
+
+@dataclass
+class LinearCase:
+    """One point: a linear shape at M tokens through one variant config (or a baseline)."""
+
+    shape: str
+    m: int
+    n: int
+    k: int
+    variant: str
+    config: dict = field(default_factory=dict)
+    bias: bool = False
+
+    def key(self) -> dict:
+        return {"op": "linear", "variant": self.variant, "config": self.config, "m": self.m, "n": self.n,
+                "k": self.k, "experts": None, "top_k": None, "routing": None}
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    y = y.float()
+    if not torch.isfinite(y).all():
+        return math.inf
+    return float((y - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _linear_fn(case: LinearCase) -> Callable:
+    """f(x, w (MXFP4Tensor or prepared), w_dense or None, bias) -> y for the case's variant or baseline."""
+    if case.variant == "cublas_bf16":
+        return lambda x, w, wd, b: torch.nn.functional.linear(x, wd, b)
+    if case.variant == "dequant_matmul":
+        return lambda x, w, wd, b: torch.nn.functional.linear(x, mxfp4_to_dense(w), b)
+    cfg = dict(case.config)
+    return lambda x, w, wd, b: mxfp4_linear(x, w, b, variant=case.variant, **cfg)
+
+
+def check_linear(case: LinearCase, *, seed: int, check_rows: int = 2048) -> float:
+    """Relative error of the case on fresh random data against the fp32 reference (a sample of output rows)."""
+    dev = device()
+    w = random_mxfp4(case.n, case.k, seed=seed, dev=dev)
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    x = torch.randn(case.m, case.k, generator=g, device=dev).to(torch.bfloat16)
+    b = torch.randn(case.n, generator=g, device=dev).to(torch.bfloat16) if case.bias else None
+    wd = mxfp4_to_dense(w) if case.variant == "cublas_bf16" else None
+    y = _linear_fn(case)(x, w, wd, b)
+    rows = torch.randperm(case.n, generator=g, device=dev)[: min(check_rows, case.n)]
+    sub = MXFP4Tensor(w.blocks[rows], w.scales[rows], "openai", (len(rows), case.k))
+    ref = reference_linear(x.float(), sub, b[rows] if b is not None else None)
+    err = _rel_err(y[:, rows], ref)
+    del w, wd, y
+    return err
+
+
+class LinearBench:
+    """Weights for one linear shape (rotating copies), shared by every case of that shape."""
+
+    def __init__(self, n: int, k: int, *, seed: int = 1234, max_m: int = 1):
+        self.n, self.k = n, k
+        dev = device()
+        mx_bytes = n * k // 2 + n * k // 32
+        self.mx = [random_mxfp4(n, k, seed=seed + i, dev=dev) for i in range(copies_for(mx_bytes))]
+        t = time.perf_counter()
+        self.prepared = [prepare_mxfp4(w) for w in self.mx]
+        if ON_GPU:
+            torch.cuda.synchronize()
+        self.prepare_us = (time.perf_counter() - t) * 1e6 / len(self.mx)
+        self._dense: list[torch.Tensor] | None = None
+        g = torch.Generator(device=dev).manual_seed(seed)
+        self.x_all = torch.randn(max_m, k, generator=g, device=dev).to(torch.bfloat16)
+        self.bias = torch.randn(n, generator=g, device=dev).to(torch.bfloat16)
+
+    def dense(self) -> list[torch.Tensor]:
+        """bf16 copies for the cuBLAS baseline (enough of them for its own 4x-L2 rotation)."""
+        if self._dense is None:
+            want = copies_for(self.n * self.k * 2)
+            self._dense = [mxfp4_to_dense(self.mx[i % len(self.mx)]) for i in range(want)]
+        return self._dense
+
+    def calls(self, case: LinearCase) -> list[Callable]:
+        fn = _linear_fn(case)
+        x = self.x_all[: case.m]
+        b = self.bias if case.bias else None
+        if case.variant == "cublas_bf16":
+            return [lambda wd=wd: fn(x, None, wd, b) for wd in self.dense()]
+        return [lambda w=w: fn(x, w, None, b) for w in self.mx]
+
+    def release(self):
+        self.mx = self.prepared = self._dense = None
+
+
+def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed: int = 0, reps: int = 25) -> dict:
+    """One point row (DESIGN.md schema): check, then time; failures and wrong results are recorded, not raised."""
+    from .roofline import frac_of_floor, floor_us, linear_cost
+
+    lossy = bool(VARIANTS[case.variant].extra.get("lossy_activations")) if case.variant in VARIANTS else False
+    weight_fmt = "bf16" if case.variant == "cublas_bf16" else "mxfp4"
+    cost = linear_cost(case.m, case.n, case.k, weight=weight_fmt, act="bf16", out="bf16", bias=case.bias)
+    row = {**case.key(), "shape": case.shape, "bias": case.bias, "bytes": cost.bytes, "flops": cost.flops,
+           "status": "failed", "error": None, "prepare_us": bench.prepare_us, "lossy": lossy}
+    try:
+        err = check_linear(case, seed=seed)
+        row["max_rel_err"] = err
+        if not err <= (TOL_LOSSY if lossy else TOL):
+            row["status"] = "incorrect"
+            return row
+        calls = bench.calls(case)
+        row["copies"] = len(calls)
+        row.update(time_calls(calls, reps=reps))
+        row["status"] = "ok"
+    except Exception as e:  # a config that cannot compile or launch is a result too
+        row["error"] = f"{type(e).__name__}: {_first_line(e)}"
+        row["traceback"] = traceback.format_exc(limit=3)[-2000:]
+        if ON_GPU:
+            torch.cuda.synchronize()
+        return row
+    if ceilings is not None and row.get("us_graph"):
+        row["floor_us"] = floor_us(cost, ceilings)
+        row["frac_of_floor"] = frac_of_floor(row, ceilings)
+        row["gbps"] = cost.bytes / row["us_graph"] / 1e3
+        row["tflops"] = cost.flops / row["us_graph"] / 1e6
+    return row
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "")[:400]

@@ -1,0 +1,216 @@
+"""Compile Triton kernels without running them.
+
+Two uses:
+  * `precompile(tasks)`: before a sweep, compile every config in parallel worker processes so the timed
+    process only loads kernels from Triton's on-disk cache (a sweep has hundreds of configs; compiling them
+    one by one in the measuring process would cost minutes of GPU time).
+  * `static_report(...)` / `labkit sass`: registers, spills, shared memory and the main loop's instruction
+    mix of a variant config, for any CUDA target, on any machine (a machine without a GPU included):
+    "read what costs no device time" before spending it.
+
+Both run the variant's own launcher on shape-only (meta) tensors with Triton's JIT switched to warm-up,
+so the kernels compiled are exactly the ones a real call would use.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def compile_only(arch: int | None = None):
+    """Inside: every Triton launch compiles (for `arch`, default the current GPU or sm_90) and returns
+    without running. Yields the list of (kernel name, CompiledKernel) compiled so far."""
+    os.environ.setdefault("TRITON_INTERPRET", "0")
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    compiled: list = []
+    fake = None
+    import torch
+
+    if arch is not None or not torch.cuda.is_available():
+        target = GPUTarget("cuda", arch or 90, 32)
+
+        class _CompileOnlyDriver:
+            def get_current_device(self):
+                return 0
+
+            def get_current_stream(self, device=None):
+                return 0
+
+            def get_current_target(self):
+                return target
+
+            def get_device_interface(self):
+                return torch.cuda
+
+        fake = _CompileOnlyDriver()
+        previous = getattr(driver, "_active", None)
+        driver.set_active(fake)
+    orig = JITFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        k = orig(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append((self._fn_name, k))
+        return k
+
+    JITFunction.run = run
+    try:
+        yield compiled
+    finally:
+        JITFunction.run = orig
+        if fake is not None:
+            driver._active = previous  # None: the default driver is found again on next use
+
+
+def meta_linear_args(m: int, n: int, k: int, bias: bool = False):
+    """Shape-only stand-ins for (x, prepared weight, bias) of a linear call: no memory, same specialization."""
+    import torch
+
+    from kernels.prepare import PreparedMXFP4
+
+    dev = "meta"
+    blocks = torch.empty((n, k // 2), device=dev, dtype=torch.uint8)
+    p = PreparedMXFP4(blocks, torch.empty((n, k // 8), device=dev, dtype=torch.int32),
+                      torch.empty((n, k // 32), device=dev, dtype=torch.uint8), (n, k), 120, 124)
+    x = torch.empty((m, k), device=dev, dtype=torch.bfloat16)
+    b = torch.empty((n,), device=dev, dtype=torch.bfloat16) if bias else None
+    return x, p, b
+
+
+def compile_linear(variant: str, config: dict, m: int, n: int, k: int, bias: bool = False, arch: int | None = None):
+    """Compile (not run) one linear variant config; returns [(kernel name, CompiledKernel)]."""
+    from kernels import VARIANTS
+
+    v = VARIANTS[variant]
+    x, p, b = meta_linear_args(m, n, k, bias)
+    with compile_only(arch) as compiled:
+        v.fn(x, p, b, **{**v.defaults, **config})
+    return list(compiled)
+
+
+def _task(task: dict) -> dict:
+    t = time.perf_counter()
+    try:
+        compile_linear(task["variant"], task["config"], task["m"], task["n"], task["k"], task.get("bias", False),
+                       task.get("arch"))
+        return {**task, "ok": True, "error": None, "seconds": time.perf_counter() - t}
+    except Exception as e:  # reported, the sweep records the failure when it runs the point
+        msg = str(e).strip().splitlines()
+        return {**task, "ok": False, "error": f"{type(e).__name__}: {msg[-1] if msg else ''}"[:500],
+                "seconds": time.perf_counter() - t}
+
+
+def _specialization(task: dict) -> tuple:
+    """Tasks that compile to the same kernels (Triton specializes ints on ==1 and %16)."""
+    def cls(v):
+        return "1" if v == 1 else ("16" if v % 16 == 0 else "x")
+
+    return (task["variant"], tuple(sorted(task["config"].items())), cls(task["m"]), cls(task["n"]),
+            cls(task["k"]), task.get("bias", False))
+
+
+def precompile(tasks: list[dict], workers: int | None = None, progress: bool = True) -> list[dict]:
+    """Compile every distinct task in parallel processes (fills Triton's on-disk cache); returns results."""
+    import torch
+    from tqdm import tqdm
+
+    arch = None
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        arch = major * 10 + minor
+    unique = {}
+    for t in tasks:
+        unique.setdefault(_specialization(t), {**t, "arch": arch})
+    todo = list(unique.values())
+    workers = workers or max(1, min(len(todo), (os.cpu_count() or 2) - 1))
+    results = []
+    if not todo:
+        return results
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        futs = [ex.submit(_task, t) for t in todo]
+        for f in tqdm(as_completed(futs), total=len(futs), desc="compiling", disable=not progress, unit="kernel"):
+            results.append(f.result())
+    return results
+
+
+# ---- static reports ------------------------------------------------------------------------------------------
+
+
+def _nvidia_tool(name: str) -> str | None:
+    import triton
+
+    p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    return str(p) if p.exists() else shutil.which(name)
+
+
+def sass_of(kernel) -> str:
+    """Disassembly (SASS) of a compiled Triton kernel, via nvdisasm."""
+    nvd = _nvidia_tool("nvdisasm")
+    if nvd is None:
+        raise FileNotFoundError("nvdisasm not found (it ships with Triton's NVIDIA backend or the CUDA toolkit)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([nvd, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(kernel) -> dict:
+    """Registers, stack, local memory (spills) and shared memory of a compiled kernel."""
+    out = {"shared": kernel.metadata.shared}
+    tool = _nvidia_tool("cuobjdump")
+    if tool:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(kernel.asm["cubin"])
+            f.flush()
+            txt = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", txt)
+        if m:
+            out.update(regs=int(m.group(1)), stack=int(m.group(2)), local=int(m.group(4)))
+    return out
+
+
+def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
+    """Instruction count and opcode histogram of the largest loop (the K loop) in SASS."""
+    labels, instrs = {}, []
+    for line in sass.splitlines():
+        lab = re.match(r"^\.(L_x_\d+):", line.strip())
+        if lab:
+            labels[lab.group(1)] = len(instrs)
+        ins = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?);", line)
+        if ins:
+            instrs.append(ins.group(1))
+    best: list[str] = []
+    for i, ins in enumerate(instrs):
+        br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
+        if br and br.group(1) in labels and labels[br.group(1)] <= i:
+            body = instrs[labels[br.group(1)]: i + 1]
+            if len(body) > len(best):
+                best = body
+    mix = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0].split(".")[0] for ins in best)
+    return len(best), mix
+
+
+def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int | None = None) -> list[dict]:
+    """Per compiled kernel of one linear call: resources and main-loop instruction mix (per thread)."""
+    rows = []
+    for name, kern in compile_linear(variant, config, m, n, k, arch=arch):
+        if kern is None:
+            continue
+        loop, mix = main_loop_mix(sass_of(kern))
+        rows.append({"kernel": name.split(".")[-1], **resource_usage(kern), "loop_instructions": loop,
+                     "num_warps": kern.metadata.num_warps, "mix": dict(mix.most_common(12))})
+    return rows

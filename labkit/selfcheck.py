@@ -1,0 +1,48 @@
+"""Every kernel once on small odd shapes against the reference: a quick "is this machine's build right?"
+and the workload to run under `compute-sanitizer --tool memcheck`."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels import VARIANTS, mxfp4_linear
+from kernels.linear import linear_problem
+from kernels.prepare import prepare_mxfp4
+
+from .bench import TOL, TOL_LOSSY, _rel_err, device, random_mxfp4
+from kernels.reference import reference_linear
+
+#: N and K chosen to be multiples of no tile; M odd.
+SHAPES = ((3, 200, 160), (1, 72, 96), (17, 40, 288))
+
+
+def selfcheck_linear(configs_per_variant: int = 2, seed: int = 0) -> list[dict]:
+    """Run each linear variant (defaults plus a few configs) with bias; returns rows with the error found."""
+    dev = device()
+    rows = []
+    for si, (m, n, k) in enumerate(SHAPES):
+        w = random_mxfp4(n, k, seed=seed + si, dev=dev)
+        p = prepare_mxfp4(w)
+        g = torch.Generator(device=dev).manual_seed(seed + 100 + si)
+        x = torch.randn(m, k, generator=g, device=dev).to(torch.bfloat16)
+        b = torch.randn(n, generator=g, device=dev).to(torch.bfloat16)
+        ref = reference_linear(x.float(), w, b.float())
+        for name, v in VARIANTS.items():
+            if v.op != "linear":
+                continue
+            allowed = v.configs(linear_problem(m, p))
+            step = max(1, len(allowed) // max(1, configs_per_variant - 1))
+            cfgs = [dict(v.defaults)] + allowed[step // 2:: step][: configs_per_variant - 1]
+            for cfg in cfgs:
+                if v.reason(cfg, linear_problem(m, p)):
+                    continue
+                tol = TOL_LOSSY if v.extra.get("lossy_activations") else TOL
+                try:
+                    err = _rel_err(mxfp4_linear(x, w, b, variant=name, **cfg), ref)
+                    rows.append({"variant": name, "m": m, "n": n, "k": k, "config": cfg, "err": err, "ok": err <= tol})
+                except Exception as e:  # reported in the table
+                    rows.append({"variant": name, "m": m, "n": n, "k": k, "config": cfg, "err": None, "ok": False,
+                                 "error": f"{type(e).__name__}: {e}"[:300]})
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return rows

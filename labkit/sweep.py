@@ -1,0 +1,164 @@
+"""Sweeps declared as data: which op, shapes, token counts, variants and tile values to measure.
+
+A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard sweeps):
+
+    op: linear
+    shapes: {lm_head: [201088, 2880]}        # name: [N, K]  (GPU sizes)
+    cpu_shapes: {lm_head: [96, 128]}         # the small sizes used without a GPU (Triton interpreter)
+    m: [1, 2, 4]                             # token counts (cpu_m without a GPU)
+    variants:                                # variant: {param: [values]}; BLOCK_M: auto = smallest tile >= M
+      gemv: {BLOCK_M: auto, BLOCK_N: [32, 64], BLOCK_K: [256]}
+    m_range: {gemv: [1, 16]}                 # token counts a variant is swept at (default: all)
+    baselines: [cublas_bf16, dequant_matmul]
+    cpu_configs: 2                           # configs per variant and point without a GPU (interpreter is slow)
+
+`run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
+sweep killed at any moment resumes where it stopped and loses at most the point in flight.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import yaml
+
+from kernels import VARIANTS
+from kernels.variants import get_variant
+
+SPECS_DIR = Path(__file__).parent / "specs"
+
+
+def load_spec(spec) -> dict:
+    """A spec from a dict, a YAML path, or the name of a shipped spec (labkit/specs/<name>.yaml)."""
+    if isinstance(spec, dict):
+        return dict(spec)
+    p = Path(spec)
+    if not p.is_file():
+        p = SPECS_DIR / f"{spec}.yaml"
+    if not p.is_file():
+        known = ", ".join(sorted(q.stem for q in SPECS_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"no sweep spec {spec!r}; shipped specs: {known}")
+    out = yaml.safe_load(p.read_text())
+    if not isinstance(out, dict) or "op" not in out:
+        raise ValueError(f"{p}: a sweep spec is a mapping with at least an 'op' key")
+    out.setdefault("name", p.stem)
+    return out
+
+
+def _token_tile(values: tuple, m: int) -> int:
+    """Smallest token tile in `values` that covers m tokens, else the largest."""
+    fits = [v for v in sorted(values) if v >= m]
+    return fits[0] if fits else max(values)
+
+
+def variant_configs(name: str, grid: dict, problem: dict) -> list[dict]:
+    """Configs of one variant for one problem: the spec's grid (BLOCK_M: auto resolved) filtered by the rules."""
+    v = get_variant(name, problem.get("op", "linear"))
+    grid = dict(grid or {})
+    if grid.get("BLOCK_M") == "auto":
+        grid["BLOCK_M"] = [_token_tile(tuple(v.space.get("BLOCK_M", (1,))), problem["m"])]
+    unknown = set(grid) - set(v.space) - set(v.defaults)
+    if unknown:
+        raise ValueError(f"spec: variant {name!r} has no parameter(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(set(v.space) | set(v.defaults)))}")
+    keys = list(grid)
+    vals = [g if isinstance(g, (list, tuple)) else [g] for g in (grid[k] for k in keys)]
+    # never sweep a token tile bigger than the tokens need (beyond the smallest tile offered)
+    bm_values = grid.get("BLOCK_M", [v.defaults.get("BLOCK_M", 1)])
+    bm_values = bm_values if isinstance(bm_values, (list, tuple)) else [bm_values]
+    bm_cap = max(min(bm_values), 1 << max(0, problem["m"] - 1).bit_length())
+    out = []
+    for combo in itertools.product(*vals):
+        cfg = {**v.defaults, **dict(zip(keys, combo))}
+        if cfg.get("BLOCK_M", 1) > bm_cap:
+            continue
+        if v.reason(cfg, problem) is None and cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def expand_linear(spec: dict, on_gpu: bool):
+    """Every LinearCase of a linear spec (GPU sizes with a GPU, the cpu_* sizes without)."""
+    from .bench import LinearCase
+
+    shapes = spec["shapes"] if on_gpu else spec.get("cpu_shapes", spec["shapes"])
+    ms = spec["m"] if on_gpu else spec.get("cpu_m", spec["m"])
+    ranges = spec.get("m_range", {})
+    rng = random.Random(0)
+    cases = []
+    for shape, (n, k) in shapes.items():
+        for m in ms:
+            problem = {"op": "linear", "m": m, "n": n, "k": k, "scale_min": 118, "scale_max": 124}
+            for base in spec.get("baselines", []):
+                cases.append(LinearCase(shape, m, n, k, base, {}, spec.get("bias", False)))
+            for name, grid in spec.get("variants", {}).items():
+                lo, hi = ranges.get(name, [0, float("inf")])
+                if not lo <= m <= hi:
+                    continue
+                cfgs = variant_configs(name, grid, problem)
+                if not on_gpu and spec.get("cpu_configs"):
+                    cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
+                cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False)) for c in cfgs]
+    return cases
+
+
+def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None = None, limit: int | None = None,
+              progress: bool = True, precompile_workers: int | None = None) -> Path:
+    """Run a sweep into a run folder (new, `out`, or `resume`d); returns the folder."""
+    import torch
+    from tqdm import tqdm
+
+    from . import bench
+    from .results import PointStore, point_key
+    from .runs import create_run, open_run
+
+    spec = load_spec(spec)
+    if spec["op"] != "linear":
+        raise ValueError(f"spec op {spec['op']!r} is not supported by this sweep runner (known: linear)")
+    on_gpu = torch.cuda.is_available()
+    cases = expand_linear(spec, on_gpu)
+    if resume:
+        run = open_run(resume)
+    else:
+        run = create_run(spec.get("name", "sweep"), out=out, parameters={"spec": spec})
+    store = PointStore(run.path)
+    done = store.done_keys()
+    todo = [c for c in cases if point_key(c.key()) not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    print(f"run folder: {run.path}\n{len(cases)} points in the spec, {len(cases) - len(todo)} already stored, "
+          f"{len(todo)} to measure")
+    ceilings = None
+    if on_gpu and todo:
+        from .hardware import measure_ceilings
+
+        print("measuring ceilings (read bandwidth, bf16 matmul) ...", flush=True)
+        ceilings = measure_ceilings()
+        run.update_meta(ceilings=ceilings.as_meta())
+        from .compile import precompile
+
+        tasks = [{"variant": c.variant, "config": c.config, "m": c.m, "n": c.n, "k": c.k, "bias": c.bias}
+                 for c in todo if c.variant in VARIANTS]
+        failed = [r for r in precompile(tasks, workers=precompile_workers, progress=progress) if not r["ok"]]
+        if failed:
+            print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
+    bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
+    by_shape: dict = {}
+    for c in todo:
+        by_shape.setdefault((c.shape, c.n, c.k), []).append(c)
+    seed = len(done)
+    for (shape, n, k), group in by_shape.items():
+        lb = bench.LinearBench(n, k, max_m=max(c.m for c in group))
+        for c in group:
+            bar.set_postfix_str(f"{shape} m={c.m} {c.variant}", refresh=False)
+            seed += 1
+            store.append(bench.measure_linear(c, lb, ceilings=ceilings, seed=seed))
+            bar.update()
+        lb.release()
+        if on_gpu:
+            torch.cuda.empty_cache()
+    bar.close()
+    run.finish()
+    return run.path

@@ -1,0 +1,166 @@
+"""mxfp4_linear: every registered variant against reference_linear through the Triton interpreter (or the GPU).
+
+Tolerance: outputs are bf16, whose rounding alone gives a norm-wise relative error near 2^-9 (~2e-3); the
+fp32 accumulation order adds far less. 1e-2 therefore passes every correct kernel and fails any wrong
+element pattern (a dropped block, a swapped nibble, a wrong scale all give errors >= 1e-1). The W4A8 variant
+quantizes activations to MXFP8 (3 mantissa bits), which costs ~3% and gets 8e-2.
+"""
+
+import random
+
+import pytest
+import torch
+
+import kernels as K
+from kernels.linear import linear_problem
+from kernels.tables import LINEAR_TABLE, pick_linear
+
+LINEAR = {n: v for n, v in K.VARIANTS.items() if v.op == "linear"}
+
+
+def tol(name):
+    return 8e-2 if LINEAR[name].extra.get("lossy_activations") else 1e-2
+
+
+def rel_err(y, ref):
+    return ((y.float() - ref).norm() / ref.norm()).item()
+
+
+def make(m, n, k, seed, dev, layout="openai", bias=True):
+    g = torch.Generator().manual_seed(seed)
+    w = K.quantize_mxfp4(torch.randn(n, k, generator=g) * 0.05, layout=layout).to(dev)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16).to(dev)
+    b = (torch.randn(n, generator=g) * 0.1).to(torch.bfloat16).to(dev) if bias else None
+    ref = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu() if bias else None).to(dev)
+    return x, w, b, ref
+
+
+SHAPES = [(1, 200, 160), (3, 72, 96), (17, 40, 288)]  # N, K multiples of no tile; M in {1, 3, 17}
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR))
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_variant_matches_reference(name, m, n, k, device):
+    x, w, b, ref = make(m, n, k, seed=m * 7 + n, dev=device)
+    p = K.prepare_mxfp4(w)
+    cfgs = LINEAR[name].configs(linear_problem(m, p))
+    assert cfgs, f"{name} has no config for m={m}, n={n}, k={k}"
+    rng = random.Random(f"{name}{m}{n}{k}")
+    for cfg in [LINEAR[name].defaults] + rng.sample(cfgs, min(2, len(cfgs))):
+        if LINEAR[name].reason(cfg, linear_problem(m, p)):
+            continue
+        y = K.mxfp4_linear(x, w, b, variant=name, **cfg)
+        assert y.shape == (m, n) and y.dtype == torch.bfloat16
+        assert rel_err(y, ref) < tol(name), cfg
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR))
+def test_ggml_layout_and_no_bias(name, device):
+    x, w, _, ref = make(3, 72, 96, seed=5, dev=device, layout="ggml", bias=False)
+    assert w.layout == "ggml"
+    cfg = LINEAR[name].configs(linear_problem(3, K.prepare_mxfp4(w)))[0]
+    y = K.mxfp4_linear(x, w, variant=name, **cfg)
+    assert rel_err(y, ref) < tol(name)
+    # repacking to openai gives the identical result
+    y2 = K.mxfp4_linear(x, K.repack_mxfp4(w, "openai"), variant=name, **cfg)
+    assert torch.equal(y, y2)
+
+
+def test_m_zero_gives_empty_output(device):
+    x, w, b, _ = make(1, 40, 64, seed=1, dev=device)
+    y = K.mxfp4_linear(x[:0], w, b)
+    assert y.shape == (0, 40) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16, 17, 64, 65, 512, 8192])
+def test_auto_picks_a_valid_variant(m):
+    w = K.quantize_mxfp4(torch.randn(64, 64))
+    problem = linear_problem(m, K.prepare_mxfp4(w))
+    name, cfg = pick_linear(problem)
+    v = K.VARIANTS[name]
+    assert v.reason({**v.defaults, **cfg}, problem) is None
+
+
+def test_auto_falls_back_when_scales_leave_the_fast_window(device):
+    # scale bytes 3..130: outside the bf16 decode's exact window (14..240), so auto must avoid gemv_tc/mma
+    g = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (64, 2, 16), generator=g, dtype=torch.uint8)
+    scales = torch.randint(3, 131, (64, 2), generator=g, dtype=torch.uint8)
+    w = K.from_openai(blocks, scales).to(device)
+    x = torch.randn(32, 64, generator=g).to(torch.bfloat16).to(device)
+    name, _ = pick_linear(linear_problem(32, K.prepare_mxfp4(w)))
+    assert name not in ("gemv_tc", "mma")
+    ref = K.reference_linear(x.float().cpu(), w.to("cpu")).to(device)
+    assert rel_err(K.mxfp4_linear(x, w), ref) < 1e-2
+    with pytest.raises(ValueError, match=r"scale bytes 3\.\.130 fall outside this variant's exact range 14\.\.240"):
+        K.mxfp4_linear(x, w, variant="gemv_tc")
+
+
+def test_table_rows_are_registered_variants():
+    for _, name, cfg in LINEAR_TABLE:
+        v = K.VARIANTS[name]
+        assert set(cfg) <= set(v.space) | set(v.defaults)
+
+
+def test_bad_input_errors(device):
+    x, w, b, _ = make(2, 40, 64, seed=2, dev=device)
+    with pytest.raises(TypeError, match="x must have dtype bfloat16"):
+        K.mxfp4_linear(x.float(), w)
+    with pytest.raises(ValueError, match="x has K=32 but w has K=64"):
+        K.mxfp4_linear(x[:, :32], w)
+    with pytest.raises(ValueError, match=r"bias must have shape \(40,\)"):
+        K.mxfp4_linear(x, w, b[:5])
+    with pytest.raises(TypeError, match="w must be an MXFP4Tensor"):
+        K.mxfp4_linear(x, torch.randn(40, 64))
+    with pytest.raises(ValueError, match="variant must be 'auto' or one of"):
+        K.mxfp4_linear(x, w, variant="fastest")
+    with pytest.raises(ValueError, match=r"BLOCK_K=48 must be a power of two"):
+        K.mxfp4_linear(x, w, variant="gemv", BLOCK_K=48)
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) BLOCK_Q"):
+        K.mxfp4_linear(x, w, variant="gemv", BLOCK_Q=4)
+    with pytest.raises(ValueError, match=r"w must be 2-D \[N, K\]"):
+        K.mxfp4_linear(x, K.quantize_mxfp4(torch.randn(2, 40, 64)).to(device))
+
+
+def test_prepare_is_cached_and_mxfp8_rows_match_reference(device):
+    w = K.quantize_mxfp4(torch.randn(40, 64)).to(device)
+    assert K.prepare_mxfp4(w) is K.prepare_mxfp4(w)
+    x = (torch.randn(5, 320) * torch.logspace(-6, 3, 320)).to(torch.bfloat16).to(device)
+    q, s = K.quantize_mxfp8_rows(x)
+    r = K.quantize_mxfp8(x.float().cpu())
+    assert torch.equal(s.cpu(), r.scales) and torch.equal(q.float().cpu(), r.data.float())
+
+
+def test_dense_dequant_kernel_matches_codec(device):
+    w = K.quantize_mxfp4(torch.randn(3, 50, 96)).to(device)
+    assert torch.equal(K.mxfp4_to_dense(w, torch.float32).cpu(), K.dequantize_mxfp4(w.to("cpu")))
+
+
+# ---- GPU only ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(LINEAR))
+def test_variants_under_cuda_graph_capture(name):
+    x, w, b, ref = make(3, 200, 160, seed=9, dev="cuda")
+    K.mxfp4_linear(x, w, b, variant=name)  # compile and prepare outside capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = K.mxfp4_linear(x, w, b, variant=name)
+    x.copy_(torch.randn_like(x))  # new contents, same buffers: the replay must see them
+    g.replay()
+    torch.cuda.synchronize()
+    ref2 = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).cuda()
+    assert rel_err(y, ref2) < tol(name)
+
+
+@pytest.mark.gpu
+def test_timing_sanity_bigger_is_slower():
+    from labkit.bench import time_calls
+
+    small = torch.randn(1 << 20, device="cuda")
+    big = torch.randn(1 << 26, device="cuda")
+    ts = time_calls([lambda: small.sum()], reps=20)
+    tb = time_calls([lambda: big.sum()], reps=20)
+    assert ts["timing"] == "cuda_graph" and ts["us_graph_p10"] <= ts["us_graph"] <= ts["us_graph_p90"]
+    assert tb["us_graph"] > 4 * ts["us_graph"]
