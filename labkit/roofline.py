@@ -340,6 +340,25 @@ def model_step(model: str | GptOssConfig, *, batch: int, context: int, phase: st
     return StepEstimate(cfg.name, phase, batch, context, mxfp4_lm_head, kv_dtype, ceilings, components, floors)
 
 
+def gptoss_moe_cost(model: str | GptOssConfig, tokens: int, **kw) -> Cost:
+    """moe_cost with `model`'s experts, top-k and sizes (kw: weight, act, active_experts, expert_ids)."""
+    cfg = model if isinstance(model, GptOssConfig) else get_model(model)
+    return moe_cost(tokens, cfg.experts, cfg.top_k, cfg.hidden, cfg.intermediate, **kw)
+
+
+def gptoss_lm_head_cost(model: str | GptOssConfig, tokens: int, *, weight: str = "mxfp4", **kw) -> Cost:
+    """linear_cost of `model`'s lm_head (vocab x hidden) for `tokens` rows (kw: act, out)."""
+    cfg = model if isinstance(model, GptOssConfig) else get_model(model)
+    return linear_cost(tokens, cfg.vocab, cfg.hidden, weight=weight, **kw)
+
+
+def reference_ops(model: str = "gpt-oss-120b") -> dict[str, Cost]:
+    """The operations of DESIGN.md's speed table, named, for placing on a roofline."""
+    ops = {f"lm_head mxfp4 M={m}": gptoss_lm_head_cost(model, m) for m in (1, 64)}
+    ops |= {f"moe {t} tok": gptoss_moe_cost(model, t) for t in (1, 64, 4096)}
+    return ops
+
+
 # ---- tables for notebooks and the CLI ------------------------------------------------------------------
 
 
@@ -354,6 +373,12 @@ def breakdown_table(estimates: Mapping[str, StepEstimate]):
             rows.append({"config": label, "component": name, "bytes": c.bytes, "flops": c.flops, "floor_ms": ms,
                          "share": ms / est.floor_ms if est.floor_ms else 0.0})
     return pd.DataFrame(rows)
+
+
+def breakdown_wide(estimates: Mapping[str, StepEstimate], value: str = "floor_ms"):
+    """breakdown_table as components x configurations (in the order given) of one column, e.g. floor_ms."""
+    df = breakdown_table(estimates).pivot(index="component", columns="config", values=value)
+    return df.loc[list(COMPONENTS), list(estimates)]
 
 
 def step_table(model: str, *, batch_sizes: Iterable[int], context: int, ceilings: Ceilings, phase: str = "decode",

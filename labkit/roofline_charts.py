@@ -3,6 +3,7 @@
 - roofline_chart: intensity vs attainable TFLOP/s, ridge marked, model operations and measured points on it
 - time_vs_tokens_chart: an operation's floor (µs) across token counts, measured times beside it
 - breakdown_chart: where a step's floor goes, stacked per component, one bar per configuration
+- lm_head_chart: the lm_head's floor per token in bf16 and MXFP4 on each GPU of the table
 """
 
 from __future__ import annotations
@@ -117,4 +118,16 @@ def breakdown_chart(estimates: Mapping[str, StepEstimate], *, title: str = "Wher
                  hover_data={"bytes": ":.3s", "share": ":.1%"},
                  labels={"floor_ms": "floor (ms)", "config": ""})
     fig.update_layout(barmode="stack")
+    return fig
+
+
+def lm_head_chart(table: pd.DataFrame, *, title: str = "lm_head per decoded token: bf16 vs MXFP4"):
+    """Grouped bars of roofline.lm_head_across_gpus: lm_head floor (ms per token) per GPU and format."""
+    import plotly.express as px
+
+    df = table.melt(id_vars="gpu", value_vars=["lm_head_bf16_ms", "lm_head_mxfp4_ms"], var_name="lm_head",
+                    value_name="ms")
+    df["lm_head"] = df["lm_head"].str.removeprefix("lm_head_").str.removesuffix("_ms")
+    fig = px.bar(df, x="gpu", y="ms", color="lm_head", barmode="group", log_y=True, title=title,
+                 labels={"ms": "floor (ms per token)", "gpu": ""})
     return fig

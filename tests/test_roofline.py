@@ -243,3 +243,16 @@ def test_tables():
     est = {"bf16": rl.model_step("gpt-oss-20b", batch=1, context=128, ceilings=H100)}
     bd = rl.breakdown_table(est)
     assert list(bd["component"]) == list(rl.COMPONENTS) and bd["share"].sum() == pytest.approx(1.0)
+    est["mxfp4"] = rl.model_step("gpt-oss-20b", batch=1, context=128, mxfp4_lm_head=True, ceilings=H100)
+    wide = rl.breakdown_wide(est)
+    assert list(wide.columns) == ["bf16", "mxfp4"] and list(wide.index) == list(rl.COMPONENTS)
+    assert wide.loc["lm_head", "bf16"] > wide.loc["lm_head", "mxfp4"]
+
+
+def test_gptoss_op_helpers():
+    assert rl.gptoss_moe_cost("gpt-oss-120b", 64) == rl.moe_cost(64, 128, 4, 2880, 2880)
+    assert rl.gptoss_moe_cost("gpt-oss-20b", 1).bytes == rl.moe_cost(1, 32, 4, 2880, 2880).bytes
+    assert rl.gptoss_lm_head_cost("gpt-oss-120b", 1, weight="bf16") == rl.linear_cost(1, 201088, 2880, weight="bf16")
+    ops = rl.reference_ops()
+    assert rl.floor_us(ops["lm_head mxfp4 M=1"], H100) == pytest.approx(103, abs=0.6)
+    assert rl.floor_us(ops["moe 4096 tok"], H100) == pytest.approx(1201, rel=0.005)

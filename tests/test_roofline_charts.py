@@ -60,3 +60,11 @@ def test_breakdown_chart(tmp_path):
     lm = next(t for t in fig.data if t.name == "lm_head")
     assert list(lm.x) == list(est) and lm.y[0] > lm.y[2]           # bf16 lm_head slower than MXFP4
     assert save_figure(fig, tmp_path, "breakdown", png=False)[0].is_file()
+
+
+def test_lm_head_chart(tmp_path):
+    fig = rc.lm_head_chart(rl.lm_head_across_gpus("gpt-oss-120b"))
+    assert [t.name for t in fig.data] == ["bf16", "mxfp4"]
+    bf16 = dict(zip(fig.data[0].x, fig.data[0].y))
+    assert bf16["gb10"] == pytest.approx(4.24, abs=0.01)
+    assert save_figure(fig, tmp_path, "lm_head", png=False)[0].is_file()
