@@ -190,7 +190,8 @@ def merge_ceilings(measured: Ceilings | Mapping | None, datasheet: Ceilings | No
         return ceilings_from_meta({**vals, "source": "measured"})
     filled = [k for k, v in vals.items() if not v and getattr(datasheet, k)]
     vals.update({k: getattr(datasheet, k) for k in filled})
-    return Ceilings(**vals, source="measured+datasheet" if filled else "measured")
+    mixed = any(k in _RATES for k in filled)   # a datasheet L2 size does not make the rates less measured
+    return Ceilings(**vals, source="measured+datasheet" if mixed else "measured")
 
 
 def resolve_ceilings(gpu: str | GPUSpec | None = None, *, run_dir: str | Path | None = None,

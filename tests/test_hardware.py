@@ -80,6 +80,8 @@ def test_measured_values_override_the_datasheet():
     assert c.fp8_tflops == 1979.0 and c.source == "measured+datasheet"     # fp8 not measured: datasheet
     full = hw.Ceilings(3000.0, 679.0, copy_gbps=2900.0, fp8_tflops=1200.0, l2_bytes=50 * 2**20, source="measured")
     assert hw.merge_ceilings(full, sheet).source == "measured"
+    no_l2 = hw.merge_ceilings({**full.as_meta(), "l2_bytes": None}, sheet)
+    assert no_l2.source == "measured" and no_l2.l2_bytes == 50 * 2**20 and no_l2.fp8_tflops == 1200.0
     assert hw.merge_ceilings(None, sheet) is sheet
 
 
