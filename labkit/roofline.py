@@ -325,11 +325,11 @@ def model_step(model: str | GptOssConfig, *, batch: int, context: int, phase: st
     h = cfg.hidden
     ops: dict[str, list[tuple[Cost, int]]] = {name: [] for name in COMPONENTS}   # (cost, times)
     ops["embedding"].append((embedding_cost(tokens, h), 1))
-    proj = (linear_cost(tokens, cfg.qkv_out, h, weight="bf16", bias=True)
-            , linear_cost(tokens, h, cfg.attn_width, weight="bf16", bias=True))
+    qkv = linear_cost(tokens, cfg.qkv_out, h, weight="bf16", bias=True)
+    out = linear_cost(tokens, h, cfg.attn_width, weight="bf16", bias=True)
     for window, layers in ((cfg.sliding_window, cfg.sliding_layers), (None, cfg.layers - cfg.sliding_layers)):
         core = attention_core_cost(cfg, batch=batch, context=context, phase=phase, window=window, kv_dtype=kv_dtype)
-        ops["attention"] += [(proj[0], layers), (core, layers), (proj[1], layers)]
+        ops["attention"] += [(qkv, layers), (core, layers), (out, layers)]
     ops["router"].append((linear_cost(tokens, cfg.experts, h, weight="bf16", bias=True), cfg.layers))
     ops["moe"].append((moe_cost(tokens, cfg.experts, cfg.top_k, h, cfg.intermediate), cfg.layers))
     ops["norms"].append((norm_cost(tokens, h), 2 * cfg.layers + 1))
