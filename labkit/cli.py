@@ -91,6 +91,34 @@ def cmd_selfcheck(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_roofline(args) -> int:
+    """Floor of one GPT-OSS step on a GPU: per-component bytes, flops and ms, and the tokens/s bound."""
+    from .hardware import GPUS, resolve_ceilings
+    from .roofline import model_step
+
+    if not args.gpu and not args.ceilings_from:
+        raise ValueError(f"give --gpu (auto or one of {', '.join(GPUS)}) or --ceilings-from RUN_DIR")
+    ceilings = resolve_ceilings(args.gpu, run_dir=args.ceilings_from)
+    est = model_step(args.model, batch=args.batch, context=args.context, phase=args.phase,
+                     mxfp4_lm_head=args.mxfp4_lm_head, kv_dtype=args.kv_dtype, ceilings=ceilings)
+    if args.json:
+        print(json.dumps({"gpu": args.gpu, **est.as_dict()}, indent=2))
+        return 0
+    print(f"{est.model} {est.phase}, batch {est.batch}, context {est.context}, "
+          f"lm_head {'mxfp4' if est.mxfp4_lm_head else 'bf16'}, KV cache {est.kv_dtype}")
+    print(f"ceilings ({ceilings.source}{', ' + args.gpu if args.gpu else ''}): {ceilings.read_gbps:.0f} GB/s read, "
+          f"{ceilings.bf16_tflops:.0f} TFLOP/s bf16")
+    print(f"{'component':<10} {'MB/step':>12} {'GFLOP/step':>12} {'floor ms':>10} {'share':>6}")
+    for name, c in est.components.items():
+        ms = est.component_floor_us[name] / 1e3
+        print(f"{name:<10} {c.bytes / 1e6:>12.1f} {c.flops / 1e9:>12.2f} {ms:>10.4f} {ms / est.floor_ms:>6.1%}")
+    total = est.total
+    print(f"{'total':<10} {total.bytes / 1e6:>12.1f} {total.flops / 1e9:>12.2f} {est.floor_ms:>10.4f}")
+    print(f"{est.bytes_per_token / 1e6:.1f} MB per token; floor {est.floor_ms:.3f} ms per step "
+          f"({est.tokens_per_step} tokens); at most {est.tokens_per_s:,.0f} tokens/s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -126,6 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
     p.set_defaults(func=cmd_selfcheck)
+
+    p = sub.add_parser("roofline", help="floor of a GPT-OSS decode or prefill step on a GPU, per component")
+    p.add_argument("--gpu", help="datasheet GPU (e.g. h100-sxm, gb10) or 'auto' for this machine's GPU")
+    p.add_argument("--ceilings-from", metavar="RUN_DIR",
+                   help="run folder whose meta.json ceilings (measured) override the datasheet")
+    p.add_argument("--model", default="gpt-oss-120b", help="gpt-oss-120b (default) or gpt-oss-20b")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    p.add_argument("--context", type=int, default=4096, help="tokens in context (default 4096)")
+    p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    p.add_argument("--mxfp4-lm-head", action="store_true", help="lm_head weights in MXFP4 instead of BF16")
+    p.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16", help="KV cache dtype (default bf16)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.set_defaults(func=cmd_roofline)
+
     return parser
 
 

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from labkit.cli import main
 
 
@@ -13,7 +15,7 @@ def test_help_lists_subcommands(capsys):
     except SystemExit as e:
         assert e.code == 0
     out = capsys.readouterr().out
-    assert "info" in out and "quickstart" in out
+    assert "info" in out and "quickstart" in out and "roofline" in out
 
 
 def test_info_json_reports_gpu_and_triton_mode(capsys):
@@ -32,3 +34,47 @@ def test_info_table_runs_as_a_module():
     out = subprocess.run([sys.executable, "-m", "labkit", "info"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "triton" in out.stdout and "gpu" in out.stdout
+
+
+def test_roofline_json(capsys):
+    assert main(["roofline", "--gpu", "gb10", "--model", "gpt-oss-120b", "--batch", "1", "--context", "4096",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"bytes_per_token", "floor_ms", "tokens_per_s", "components"} <= set(out)
+    assert set(out["components"]) == {"embedding", "attention", "router", "moe", "norms", "lm_head"}
+    assert out["components"]["lm_head"]["floor_ms"] == pytest.approx(4.24, abs=0.01)
+    assert set(out["components"]["moe"]) == {"bytes", "flops", "floor_ms"}
+    assert main(["roofline", "--gpu", "gb10", "--mxfp4-lm-head", "--json"]) == 0
+    mx = json.loads(capsys.readouterr().out)
+    assert mx["components"]["lm_head"]["floor_ms"] == pytest.approx(1.13, abs=0.01)
+    assert mx["tokens_per_s"] > out["tokens_per_s"]
+
+
+def test_roofline_table(capsys):
+    assert main(["roofline", "--gpu", "h100-sxm", "--model", "gpt-oss-20b", "--batch", "8", "--context", "1024",
+                 "--kv-dtype", "fp8", "--phase", "prefill"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt-oss-20b prefill, batch 8, context 1024" in out and "KV cache fp8" in out
+    for name in ("attention", "moe", "lm_head", "total", "tokens/s"):
+        assert name in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", "h999"], "unknown GPU 'h999'; known GPUs: h100-sxm"),
+    (["--gpu", "h100-sxm", "--model", "gpt-oss-7b"], "unknown model 'gpt-oss-7b'; known models: gpt-oss-20b"),
+    ([], "give --gpu"),
+])
+def test_roofline_errors_list_known_names(capsys, args, message):
+    assert main(["roofline", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_roofline_ceilings_from_a_run(capsys, tmp_path):
+    from labkit.runs import create_run
+
+    run = create_run("t", out=tmp_path / "r", ceilings={"read_gbps": 3000.0, "bf16_tflops": 679.0})
+    assert main(["roofline", "--ceilings-from", str(run.path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ceilings"]["read_gbps"] == 3000.0 and out["ceilings"]["source"] == "measured"
+    assert main(["roofline", "--ceilings-from", str(tmp_path / "missing")]) == 2
+    assert "not a run folder" in capsys.readouterr().err

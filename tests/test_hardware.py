@@ -1,0 +1,137 @@
+"""GPU datasheet table, detection by device name, ceilings from datasheets, runs and measurements."""
+
+import pytest
+import torch
+
+from labkit import hardware as hw
+from labkit.runs import create_run
+
+REQUIRED = ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "b200", "gb10", "rtx-5090", "rtx-pro-6000", "mi300x")
+
+
+def test_table_has_the_required_gpus_with_sane_rows():
+    assert set(REQUIRED) <= set(hw.GPUS)
+    for key, s in hw.GPUS.items():
+        assert s.key == key and s.name and s.source and s.match
+        assert s.mem_bw_gbps > 100 and s.sm_count > 0 and s.l2_bytes >= 2**20
+        assert s.peak_tflops["bf16"] > 0
+        # dense rates of one chip go up as precision goes down, 2x per step on these chips
+        if "fp8" in s.peak_tflops:
+            assert s.peak_tflops["fp8"] == pytest.approx(2 * s.peak_tflops["bf16"], rel=0.01)
+        if "fp4" in s.peak_tflops:
+            assert s.peak_tflops["fp4"] >= 2 * s.peak_tflops["fp8"]
+
+
+def test_datasheet_figures_spot_checks():
+    assert hw.get_gpu("gb10").mem_bw_gbps == 273
+    assert hw.get_gpu("h100-sxm").peak_tflops == {"bf16": 989.5, "fp8": 1979.0}
+    assert "fp4" not in hw.get_gpu("h200").peak_tflops and "fp8" not in hw.get_gpu("a100-80gb").peak_tflops
+    assert hw.get_gpu("H100-SXM").key == "h100-sxm"    # keys are case-insensitive
+
+
+def test_unknown_gpu_lists_known_keys():
+    with pytest.raises(ValueError, match=r"unknown GPU 'h999'; known GPUs: h100-sxm, .*mi300x"):
+        hw.get_gpu("h999")
+
+
+@pytest.mark.parametrize("device_name, key", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    ("NVIDIA B200", "b200"),
+    ("NVIDIA GB10", "gb10"),
+    ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+    ("AMD Instinct MI300X", "mi300x"),
+    ("NVIDIA H100 NVL", None),          # different datasheet: not guessed
+    ("NVIDIA A100 80GB PCIe", None),
+    ("NVIDIA GeForce RTX 4090", None),
+])
+def test_match_gpu_by_device_name(device_name, key):
+    spec = hw.match_gpu(device_name)
+    assert (spec.key if spec else None) == key
+
+
+def test_detect_gpu_without_a_gpu_is_none():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert hw.detect_gpu() is None
+
+
+def test_datasheet_ceilings_and_meta_round_trip():
+    c = hw.datasheet_ceilings(hw.get_gpu("h100-sxm"))
+    assert (c.read_gbps, c.bf16_tflops, c.fp8_tflops, c.source) == (3350, 989.5, 1979.0, "datasheet")
+    meta = c.as_meta()
+    assert set(meta) == {"read_gbps", "bf16_tflops", "copy_gbps", "fp8_tflops", "source"}
+    back = hw.ceilings_from_meta(meta)
+    assert (back.read_gbps, back.bf16_tflops, back.fp8_tflops, back.source) == (3350, 989.5, 1979.0, "datasheet")
+
+
+def test_ceilings_from_meta_rejects_a_cpu_run():
+    with pytest.raises(ValueError, match="no read_gbps"):
+        hw.ceilings_from_meta({"read_gbps": None, "bf16_tflops": None})
+
+
+def test_measured_values_override_the_datasheet():
+    sheet = hw.datasheet_ceilings(hw.get_gpu("h100-sxm"))
+    c = hw.merge_ceilings({"read_gbps": 3000.0, "bf16_tflops": 679.0}, sheet)
+    assert (c.read_gbps, c.bf16_tflops) == (3000.0, 679.0)
+    assert c.fp8_tflops == 1979.0 and c.source == "measured+datasheet"     # fp8 not measured: datasheet
+    full = hw.Ceilings(3000.0, 679.0, copy_gbps=2900.0, fp8_tflops=1200.0, l2_bytes=50 * 2**20, source="measured")
+    assert hw.merge_ceilings(full, sheet).source == "measured"
+    no_l2 = hw.merge_ceilings({**full.as_meta(), "l2_bytes": None}, sheet)
+    assert no_l2.source == "measured" and no_l2.l2_bytes == 50 * 2**20 and no_l2.fp8_tflops == 1200.0
+    assert hw.merge_ceilings(None, sheet) is sheet
+
+
+def test_unknown_gpu_works_from_measured_ceilings_alone():
+    c = hw.merge_ceilings({"read_gbps": 1000.0, "bf16_tflops": 100.0}, None)
+    assert (c.read_gbps, c.bf16_tflops, c.source) == (1000.0, 100.0, "measured")
+    with pytest.raises(ValueError, match="no ceilings"):
+        hw.merge_ceilings(None, None)
+
+
+def test_resolve_ceilings_from_a_run_folder(tmp_path):
+    run = create_run("t", out=tmp_path / "r", ceilings={"read_gbps": 3010.0, "bf16_tflops": 680.0})
+    c = hw.resolve_ceilings("h100-sxm", run_dir=run.path)
+    assert (c.read_gbps, c.bf16_tflops, c.fp8_tflops) == (3010.0, 680.0, 1979.0)
+    assert hw.resolve_ceilings(run_dir=run.path).source == "measured"
+    cpu_run = create_run("t", out=tmp_path / "cpu")
+    with pytest.raises(ValueError, match="no measured ceilings"):
+        hw.resolve_ceilings("h100-sxm", run_dir=cpu_run.path)
+
+
+def test_gpu_auto_without_a_gpu_is_an_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="needs a GPU.*known GPUs: h100-sxm"):
+        hw.resolve_ceilings("auto")
+
+
+def test_measure_ceilings_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        hw.measure_ceilings(quick=True)
+
+
+def test_gpu_table():
+    df = hw.gpu_table()
+    assert list(df["key"]) == list(hw.GPUS)
+    h100 = df.set_index("key").loc["h100-sxm"]
+    assert h100["ridge_flop_per_byte"] == round(989.5e3 / 3350) and h100["l2_mib"] == 50
+
+
+@pytest.mark.gpu
+def test_measure_ceilings_on_the_gpu():
+    c = hw.measure_ceilings(quick=True)
+    assert c.source == "measured" and c.read_gbps > 50 and c.copy_gbps > 50 and c.bf16_tflops > 5
+    spec = hw.detect_gpu()
+    if spec is not None:   # a measurement never beats the datasheet by much
+        assert c.read_gbps < 1.15 * spec.mem_bw_gbps
+        assert c.bf16_tflops < 1.15 * spec.peak_tflops["bf16"]
+        if c.fp8_tflops is not None and "fp8" in spec.peak_tflops:
+            assert c.fp8_tflops < 1.15 * spec.peak_tflops["fp8"]
+    meta = c.as_meta()
+    assert hw.ceilings_from_meta(meta).read_gbps == c.read_gbps
