@@ -43,7 +43,10 @@ def l2_bytes() -> int:
 
 
 def copies_for(bytes_per_call: float, l2: int | None = None) -> int:
-    """Distinct weight copies so one replay over all of them touches >= 4x the L2."""
+    """Distinct weight copies so one replay over all of them touches >= 4x the L2 (one in the interpreter,
+    which has no cache to defeat)."""
+    if not ON_GPU and l2 is None:
+        return 1
     return max(1, math.ceil(4 * (l2 or l2_bytes()) / max(bytes_per_call, 1)))
 
 
@@ -116,8 +119,6 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
 
 
 # ---- linear points -------------------------------------------------------------------------------------------
-
-BASELINES = ("cublas_bf16", "dequant_matmul")
 
 
 @dataclass

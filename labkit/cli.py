@@ -119,6 +119,32 @@ def cmd_roofline(args) -> int:
     return 0
 
 
+def cmd_best(args) -> int:
+    """The fastest correct variant/config per point of a run, with its fraction of the floor."""
+    import pandas as pd
+
+    from .results import best_points, read_runs
+
+    df = read_runs([args.run])
+    best = best_points(df)
+    if best.empty:
+        print("no ok points in this run")
+        return 1
+    base = df[(df["variant"] == "cublas_bf16") & (df["status"] == "ok")].set_index(["op", "n", "k", "m"])
+    t = "us_graph" if best["us_graph"].notna().any() else "us_eager"
+    rows = []
+    for r in best.to_dict("records"):
+        key = (r["op"], r["n"], r["k"], r["m"])
+        cub = base[t].get(key) if key in base.index else None
+        rows.append({"shape": r.get("shape", ""), "m": r["m"], "n": r["n"], "k": r["k"], "best": r["variant"],
+                     t: round(r[t], 2), "frac_of_floor": None if pd.isna(r.get("frac_of_floor")) else
+                     round(r["frac_of_floor"], 3), "vs_cublas_bf16": None if cub is None else round(cub / r[t], 2),
+                     "config": r["config"]})
+    out = pd.DataFrame(rows)
+    print(out.to_string(index=False) if not args.json else out.to_json(orient="records", indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -154,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
     p.set_defaults(func=cmd_selfcheck)
+
+    p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and cuBLAS")
+    p.add_argument("run", help="run folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("roofline", help="floor of a GPT-OSS decode or prefill step on a GPU, per component")
     p.add_argument("--gpu", help="datasheet GPU (e.g. h100-sxm, gb10) or 'auto' for this machine's GPU")

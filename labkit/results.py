@@ -26,6 +26,8 @@ POINT_COLUMNS = [
 #: Columns that identify a point: runs are compared by joining on these.
 KEY_COLUMNS = ["op", "variant", "config", "m", "n", "k", "experts", "top_k", "routing"]
 STATUSES = ("ok", "incorrect", "failed")
+#: reference implementations measured next to the lab's kernels (not candidates for "best")
+BASELINES = ("cublas_bf16", "dequant_matmul", "torch_bf16")
 
 
 def config_json(config: Mapping | str | None) -> str:
@@ -111,3 +113,18 @@ def read_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["run_id", *POINT_COLUMNS])
     return pd.concat(frames, ignore_index=True)
+
+
+def best_points(df: pd.DataFrame, by: tuple[str, ...] = ("op", "n", "k", "m", "experts", "top_k", "routing"),
+                metric: str = "us_graph") -> pd.DataFrame:
+    """The fastest `ok` point of the lab's own variants per problem (CUDA-graph time, or eager without a GPU)."""
+    ok = df[(df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
+    if ok.empty:
+        return ok
+    if ok[metric].isna().all():
+        metric = "us_eager"
+    by = [c for c in by if c in ok.columns]
+    ok["_t"] = ok[metric]
+    keyed = ok.assign(**{c: ok[c].astype(object).where(ok[c].notna(), "-") for c in by})
+    idx = keyed.groupby(by, dropna=False)["_t"].idxmin()
+    return ok.loc[idx.values].drop(columns="_t").sort_values([c for c in by]).reset_index(drop=True)
