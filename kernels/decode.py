@@ -49,6 +49,12 @@ def e8m0_to_f32(s):
 
 
 @triton.jit
+def e8m0_times_2(s):
+    """E8M0 bytes -> float32 2^(s-126) (twice the scale), exact for bytes 0..253 with no special cases."""
+    return ((s.to(tl.uint32) + 1) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def e8m0_times_2p14(s):
     """E8M0 bytes -> float32 2^(s-127+14), exact for bytes 14..240 (a variant's documented scale window)."""
     return ((s.to(tl.uint32) + 14) << 23).to(tl.float32, bitcast=True)
@@ -78,8 +84,8 @@ def decode_bf16(v, s):
 
 
 @triton.jit
-def dot_bf16(a, b, acc):
-    """tl.dot for bf16 operands; Triton 3.9's interpreter mis-multiplies bf16, so it gets fp32 copies there."""
+def tc_dot(a, b, acc):
+    """tl.dot on tensor cores; Triton 3.9's interpreter mis-multiplies bf16, so it gets fp32 copies there."""
     if INTERP:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
     else:

@@ -8,6 +8,10 @@ Variants (registered in VARIANTS, kind "gemv" for small M, "gemm" for large M):
                N side), so one token still fills the MMA with weight rows; optional split-K.
   mma          the same kernel tiled for large M (big token tiles, programs grouped for L2 reuse).
   dot_scaled   tl.dot_scaled(x bf16, W e2m1 + e8m0 scales): the compiler's own MXFP4 path.
+  gemv_h2      CUDA cores with packed half2 FMAs on fp16 activations (kernels/linear_f16.py).
+  gemv_tc16    tensor cores on fp16 weights and activations (kernels/linear_f16.py).
+  dequant_gemm W decoded to a bf16 scratch buffer by one kernel, then cuBLAS: for prefill-sized M the
+               decode is paid once per call instead of once per token tile.
   w4a8         activations quantized to MXFP8 (E4M3 + E8M0) by a small kernel, then tl.dot_scaled(e4m3, e2m1).
                Trades accuracy (reported by the benchmarks) for 8-bit activation traffic.
 
@@ -20,8 +24,9 @@ from __future__ import annotations
 import torch
 
 from ._triton import INTERPRETED, tl, triton
-from .decode import F16_TRICK, decode_bf16, dot_bf16, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, round_to_e4m3
+from .decode import F16_TRICK, decode_bf16, tc_dot, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, round_to_e4m3
 from .formats import MXFP4Tensor
+from .linear_f16 import run_gemv_h2, run_tc16
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .variants import (
     Variant,
@@ -158,7 +163,7 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, s
         w = decode_bf16(v, s)  # [BLOCK_N, BLOCK_K]
         k = t * BLOCK_K + rk
         x = tl.load(x_ptr + rm[None, :] * stride_xm + k[:, None], mask=mmask[None, :] & (k < K)[:, None], other=0.0)
-        acc = dot_bf16(w, x, acc)
+        acc = tc_dot(w, x, acc)
     _store_out(tl.trans(acc), rm, rn, M, N, y_ptr, stride_ym, b_ptr, ws_ptr, HAS_BIAS, SPLIT_K)
 
 
@@ -300,6 +305,21 @@ def _run_w4a8(x, p, bias, **cfg):
     return _run_dot_scaled(x, p, bias, _x_format="e4m3", **cfg)
 
 
+def _run_dequant_gemm(x, p: PreparedMXFP4, bias, *, CHUNK_N=0):
+    """W to bf16 in a scratch buffer (CHUNK_N rows at a time; 0 = all), then cuBLAS: the large-M path."""
+    from .dequant import mxfp4_to_dense
+
+    N = p.N
+    if not CHUNK_N or CHUNK_N >= N:
+        return torch.nn.functional.linear(x, mxfp4_to_dense(p), bias)
+    y = torch.empty((x.shape[0], N), device=x.device, dtype=torch.bfloat16)
+    for n0 in range(0, N, CHUNK_N):
+        n1 = min(n0 + CHUNK_N, N)
+        part = PreparedMXFP4(p.blocks[n0:n1], p.words[n0:n1], p.scales[n0:n1], (n1 - n0, p.K), p.scale_min, p.scale_max)
+        y[:, n0:n1] = torch.nn.functional.linear(x, mxfp4_to_dense(part), None if bias is None else bias[n0:n1])
+    return y
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Registry
 
@@ -323,6 +343,14 @@ def _rule_gemv_regs(cfg, problem):
 def _rule_tc_tile(cfg, problem):
     if cfg["BLOCK_N"] * cfg["BLOCK_K"] // (32 * cfg["num_warps"]) > 256:
         return "decoded W tile exceeds 256 values per thread (BLOCK_N*BLOCK_K/threads)"
+    return None
+
+
+def _rule_acc_regs(cfg, problem):
+    # the fp32 accumulator tile is spread over the program's threads; past 128 per thread the compiler spills
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["num_warps"])
+    if per_thread > 128:
+        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N/threads > 128)"
     return None
 
 
@@ -357,16 +385,42 @@ register(Variant(
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 1, "num_warps": 4,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_splitk_tiles, _BF16_WINDOW),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _rule_splitk_tiles,
+           _BF16_WINDOW),
     description="tensor cores with W as the MMA's M side (tokens on N): small M still fills the MMA",
 ))
 register(Variant(
+    name="gemv_h2", kind="gemv", op="linear", fn=run_gemv_h2,
+    space={"BLOCK_M": (1, 2, 4), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128, 256, 512), "num_warps": (2, 4, 8),
+           "num_stages": (1, 2)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs, rule_scale_window(0, 253)),
+    description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
+))
+
+
+def _rule_scale_span(cfg, problem):
+    smin, smax = problem.get("scale_min"), problem.get("scale_max")
+    if smin is not None and smax - smin > 24:
+        return f"weight scale bytes {smin}..{smax} span more than the 24 binades fp16 weights hold exactly"
+    return None
+
+
+register(Variant(
+    name="gemv_tc16", kind="gemv", op="linear", fn=run_tc16,
+    space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "GROUP_M": (1, 8),
+           "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _rule_scale_span),
+    description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
+))
+register(Variant(
     name="mma", kind="gemm", op="linear", fn=_run_mma,
-    space={"BLOCK_M": (64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "GROUP_M": (8,),
+    space={"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "GROUP_M": (8,),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 1, "GROUP_M": 8, "num_warps": 8,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _BF16_WINDOW),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _BF16_WINDOW),
     description="tensor cores, W tiles decoded to bf16 in registers then tl.dot",
 ))
 register(Variant(
@@ -377,6 +431,12 @@ register(Variant(
               "num_stages": 3},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_splitk_tiles),
     description="tl.dot_scaled(x bf16, W e2m1 with e8m0 scales): the compiler's MXFP4 path",
+))
+register(Variant(
+    name="dequant_gemm", kind="gemm", op="linear", fn=_run_dequant_gemm,
+    space={"CHUNK_N": (0, 16384, 65536)},
+    defaults={"CHUNK_N": 0},
+    description="W decoded to bf16 in a scratch buffer (CHUNK_N rows at a time, 0 = all), then cuBLAS",
 ))
 register(Variant(
     name="w4a8", kind="gemm", op="linear", fn=_run_w4a8,

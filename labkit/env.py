@@ -58,11 +58,16 @@ def _driver_version() -> str | None:
 
 
 def git_commit() -> str | None:
-    """Commit of the checkout the lab runs from (with '+dirty' when it has local changes)."""
+    """Commit of the checkout the lab runs from (with '+dirty' when it has local changes).
+
+    A copy without git history (e.g. a working tree shipped to a GPU machine) can name it in LAB_GIT_COMMIT.
+    """
+    if os.environ.get("LAB_GIT_COMMIT"):
+        return os.environ["LAB_GIT_COMMIT"]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        if not sha:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        sha = out.stdout.strip()
+        if out.returncode != 0 or len(sha) != 40:
             return None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
                                capture_output=True, text=True, timeout=10).stdout.strip()

@@ -42,6 +42,13 @@ def write_json_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _command_line() -> str:
+    prog = Path(sys.argv[0]).name
+    if prog in ("__main__.py", "-m", "-c") or prog.startswith("python"):
+        prog = "labkit"
+    return " ".join([prog, *sys.argv[1:]])
+
+
 @dataclass
 class Run:
     """One run folder and its metadata."""
@@ -84,7 +91,7 @@ def create_run(name: str, *, parameters: dict | None = None, out: str | Path | N
         "started": _now(),
         "finished": None,
         "ceilings": ceilings or {"read_gbps": None, "bf16_tflops": None},
-        "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command if command is not None else _command_line(),
         "parameters": parameters or {},
     }
     if (path / META).exists():  # resuming: keep the original start, refresh the rest

@@ -121,6 +121,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     cases = expand_linear(spec, on_gpu)
     if resume:
         run = open_run(resume)
+        run.update_meta(parameters={**run.meta.get("parameters", {}), "spec": spec})
     else:
         run = create_run(spec.get("name", "sweep"), out=out, parameters={"spec": spec})
     store = PointStore(run.path)

@@ -1,0 +1,220 @@
+"""fp16-math linear kernels: the decoded E2M1 pairs are already fp16x2 words, so fp16 arithmetic skips the
+per-element conversions the bf16/fp32 paths pay for.
+
+Activations are first rescaled per token by a power of two into fp16 (|x16| < 2^15, exact up to fp16's
+11-bit mantissa) and stored with each 8-element group permuted to (0,4,1,5,2,6,3,7), the order in which a
+weight word's fp16x2 pairs hold their elements; the result is scaled back by the same powers of two.
+
+  gemv_h2    CUDA cores with packed half2 FMAs (fma.rn.f16x2): 4 instructions per 8 weights and token.
+             Partial sums of 8 products stay in fp16, then go to fp32 with the block scale.
+  gemv_tc16  tensor cores on fp16 weights scaled by their E8M0 block scale with one half2 multiply;
+             exact for weights whose scale bytes span at most 24 binades (scale_max - scale_min <= 24).
+
+Packed-half instructions are inline PTX where the kernels are compiled; the interpreter runs an fp32
+emulation of the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import INTERP, tl, triton
+from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, half_hi, half_lo, interleave8, tc_dot
+
+
+@triton.jit
+def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, BLOCK_K: tl.constexpr):
+    """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)), groups of 8 permuted; xs[m] undoes the scale."""
+    m = tl.program_id(0)
+    rk = tl.arange(0, BLOCK_K)
+    amax = tl.zeros((BLOCK_K,), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        v = tl.load(x_ptr + m * stride_xm + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(v))
+    a = tl.max(amax, axis=0)
+    e = ((a.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32) - 127  # floor(log2 amax) for normal amax
+    e = tl.where(a > 0, tl.maximum(e, -112), 14)
+    up = ((141 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(14 - e)
+    down = ((e + 113).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(e - 14)
+    j = rk % 8
+    src = rk - j + j // 2 + 4 * (j % 2)  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group
+    for k0 in range(0, K, BLOCK_K):
+        v = tl.load(x_ptr + m * stride_xm + k0 + src, mask=k0 + src < K, other=0.0).to(tl.float32)
+        tl.store(o_ptr + m * K + k0 + rk, (v * up).to(tl.float16), mask=k0 + rk < K)
+    tl.store(xs_ptr + m, down)
+
+
+def x_to_f16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x bf16 [M, K] -> (fp16 [M, K] scaled per token and permuted in groups of 8, fp32 [M] scale back)."""
+    M, K = x.shape
+    o = torch.empty((M, K), device=x.device, dtype=torch.float16)
+    xs = torch.empty((M,), device=x.device, dtype=torch.float32)
+    if M:
+        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), BLOCK_K=512)
+    return o, xs
+
+
+@triton.jit
+def _pack_h2(lo, hi):
+    """Two float32 tensors -> uint32 fp16x2 words (each rounded to fp16)."""
+    lo16 = lo.to(tl.float16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    hi16 = hi.to(tl.float16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    return lo16 | (hi16 << 16)
+
+
+@triton.jit
+def hfma2(a, b, c):
+    """Packed half2 a * b + c on uint32 fp16x2 words."""
+    if INTERP:
+        return _pack_h2(half_lo(a) * half_lo(b) + half_lo(c), half_hi(a) * half_hi(b) + half_hi(c))
+    else:
+        return tl.inline_asm_elementwise("fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+                                         dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@triton.jit
+def hmul2(a, b):
+    """Packed half2 a * b on uint32 fp16x2 words."""
+    if INTERP:
+        return _pack_h2(half_lo(a) * half_lo(b), half_hi(a) * half_hi(b))
+    else:
+        return tl.inline_asm_elementwise("mul.rn.f16x2 $0, $1, $2;", "=r,r,r", [a, b],
+                                         dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@triton.jit
+def split_h2(p):
+    """uint32 fp16x2 words -> (low fp16, high fp16)."""
+    if INTERP:
+        return ((p & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True),
+                (p >> 16).to(tl.uint16).to(tl.float16, bitcast=True))
+    else:
+        return tl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [p],
+                                         dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
+
+
+@triton.jit
+def _h2_step(acc, wp, sp, xp, kmask, MASK_K: tl.constexpr):
+    """One K tile: 4 half2 FMAs per weight word and token, then fp32 with the block scale."""
+    if MASK_K:
+        v = tl.load(wp, mask=kmask[None, :], other=0)
+        s = tl.load(sp, mask=kmask[None, :], other=0)
+        xa = tl.load(xp + 0, mask=kmask[None, :], other=0)
+        xb = tl.load(xp + 1, mask=kmask[None, :], other=0)
+        xc = tl.load(xp + 2, mask=kmask[None, :], other=0)
+        xd = tl.load(xp + 3, mask=kmask[None, :], other=0)
+    else:
+        v = tl.load(wp)
+        s = tl.load(sp)
+        xa = tl.load(xp + 0)
+        xb = tl.load(xp + 1)
+        xc = tl.load(xp + 2)
+        xd = tl.load(xp + 3)
+    a, b, c, d = e2m1_pairs(v.to(tl.uint32, bitcast=True))
+    h = hmul2(a[None], xa.to(tl.uint32, bitcast=True)[:, None, :])
+    h = hfma2(b[None], xb.to(tl.uint32, bitcast=True)[:, None, :], h)
+    h = hfma2(c[None], xc.to(tl.uint32, bitcast=True)[:, None, :], h)
+    h = hfma2(d[None], xd.to(tl.uint32, bitcast=True)[:, None, :], h)
+    return acc + (half_lo(h) + half_hi(h)) * e8m0_times_2(s)[None]
+
+
+@triton.jit
+def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym,
+                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Rows past N and tokens past M are clamped (read twice, stored never), so only the K tail is masked."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    KW = K // 8
+    KB = K // 32
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rw = tl.arange(0, BLOCK_K // 8)
+    rn_c = tl.minimum(rn, N - 1)
+    rm_c = tl.minimum(rm, M - 1)
+    wp = w_ptr + rn_c[:, None] * KW + rw[None, :]
+    sp = s_ptr + rn_c[:, None] * KB + (rw // 4)[None, :]
+    xp = xw_ptr + rm_c[:, None] * (KW * 4) + (rw * 4)[None, :]  # x16 words: 4 per weight word
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+    full = K // BLOCK_K
+    for t in range(0, full):
+        acc = _h2_step(acc, wp, sp, xp, rw, False)
+        wp += BLOCK_K // 8
+        sp += BLOCK_K // 32
+        xp += BLOCK_K // 2
+    if full * BLOCK_K < K:
+        acc = _h2_step(acc, wp, sp, xp, full * (BLOCK_K // 8) + rw < KW, True)
+    xs = tl.load(xs_ptr + rm_c)
+    out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: e8m0_times_2 doubled the scales
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rn_c).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(tl.bfloat16), mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@triton.jit(do_not_specialize=["SMAX"])
+def _tc16_kernel(x16_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, SMAX,
+                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+    KW = K // 8
+    KB = K // 32
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rw = tl.arange(0, BLOCK_K // 8)
+    rk = tl.arange(0, BLOCK_K)
+    nmask = rn < N
+    mmask = rm < M
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    for t in range(0, tl.cdiv(K, BLOCK_K)):
+        kw = t * (BLOCK_K // 8) + rw
+        wm = nmask[:, None] & (kw < KW)[None, :]
+        v = tl.load(w_ptr + rn[:, None] * KW + kw[None, :], mask=wm, other=0).to(tl.uint32, bitcast=True)
+        s = tl.load(s_ptr + rn[:, None] * KB + (kw // 4)[None, :], mask=wm, other=0).to(tl.int32)
+        # fp16 2^(s - SMAX + 15): exponent field s - SMAX + 30, both halves of the word
+        f = (tl.maximum(s - SMAX + 30, 1).to(tl.uint32) << 10)
+        mult = f | (f << 16)
+        a, b, c, d = e2m1_pairs(v)
+        a0, a1 = split_h2(hmul2(a, mult))
+        b0, b1 = split_h2(hmul2(b, mult))
+        c0, c1 = split_h2(hmul2(c, mult))
+        d0, d1 = split_h2(hmul2(d, mult))
+        w = interleave8(a0, a1, b0, b1, c0, c1, d0, d1)  # [BLOCK_N, BLOCK_K] in the permuted K order
+        k = t * BLOCK_K + rk
+        x = tl.load(x16_ptr + rm[None, :] * K + k[:, None], mask=mmask[None, :] & (k < K)[:, None], other=0.0)
+        acc = tc_dot(w, x, acc)
+    xs = tl.load(xs_ptr + rm, mask=mmask, other=0.0)
+    wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+    out = tl.trans(acc) * (xs * wscale)[:, None]
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(tl.bfloat16), mask=mmask[:, None] & nmask[None, :])
+
+
+def run_gemv_h2(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stages=1):
+    M, K = x.shape
+    N = p.N
+    x16, xs = x_to_f16(x)
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
+    _gemv_h2_kernel[grid](x16.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
+                          M, N, K, y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                          BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+    return y
+
+
+def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, num_stages=3):
+    M, K = x.shape
+    N = p.N
+    x16, xs = x_to_f16(x)
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    _tc16_kernel[grid](x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, y.stride(0),
+                       p.scale_max, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                       GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
+    return y
