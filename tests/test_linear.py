@@ -143,10 +143,11 @@ def test_dense_dequant_kernel_matches_codec(device):
 @pytest.mark.parametrize("name", sorted(LINEAR))
 def test_variants_under_cuda_graph_capture(name):
     x, w, b, ref = make(3, 200, 160, seed=9, dev="cuda")
-    K.mxfp4_linear(x, w, b, variant=name)  # compile and prepare outside capture
+    cfg = LINEAR[name].configs(linear_problem(3, K.prepare_mxfp4(w)))[0]
+    K.mxfp4_linear(x, w, b, variant=name, **cfg)  # compile and prepare outside capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        y = K.mxfp4_linear(x, w, b, variant=name)
+        y = K.mxfp4_linear(x, w, b, variant=name, **cfg)
     x.copy_(torch.randn_like(x))  # new contents, same buffers: the replay must see them
     g.replay()
     torch.cuda.synchronize()
