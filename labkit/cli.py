@@ -145,6 +145,25 @@ def cmd_best(args) -> int:
     return 0
 
 
+def cmd_once(args) -> int:
+    """Run one linear variant config a few times on random weights: the workload to put under ncu."""
+    import torch
+
+    from kernels import mxfp4_linear
+
+    from .bench import device, random_mxfp4
+
+    w = random_mxfp4(args.n, args.k, seed=0)
+    x = torch.randn(args.m, args.k, device=device()).to(torch.bfloat16)
+    cfg = _parse_config(args.config)
+    for _ in range(1 + args.repeat):
+        y = mxfp4_linear(x, w, variant=args.variant, **cfg)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    print(f"{args.variant} m={args.m} n={args.n} k={args.k} {cfg}: ran {1 + args.repeat} times, out {tuple(y.shape)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -177,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sass)
+
+    p = sub.add_parser("once", help="run one variant config a few times (a workload for ncu or nsys)")
+    p.add_argument("variant")
+    p.add_argument("--m", type=int, default=1)
+    p.add_argument("--n", type=int, default=201088)
+    p.add_argument("--k", type=int, default=2880)
+    p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
+    p.add_argument("--repeat", type=int, default=2, help="calls after the first (warm-up) one")
+    p.set_defaults(func=cmd_once)
 
     p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
     p.set_defaults(func=cmd_selfcheck)
