@@ -391,9 +391,9 @@ register(Variant(
 ))
 register(Variant(
     name="gemv_h2", kind="gemv", op="linear", fn=run_gemv_h2,
-    space={"BLOCK_M": (1, 2, 4), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128, 256, 512), "num_warps": (2, 4, 8),
-           "num_stages": (1, 2)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1},
+    space={"BLOCK_M": (1, 2, 4), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256, 512),
+           "PREFETCH": (False, True), "num_warps": (2, 4, 8), "num_stages": (1, 2)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 128, "BLOCK_K": 128, "PREFETCH": False, "num_warps": 4, "num_stages": 1},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs, rule_scale_window(0, 253)),
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
 ))

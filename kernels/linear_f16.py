@@ -94,18 +94,14 @@ def split_h2(p):
 
 
 @triton.jit
-def _h2_step(acc, wp, sp, xp, kmask, MASK_K: tl.constexpr):
-    """One K tile: 4 half2 FMAs per weight word and token, then fp32 with the block scale."""
+def _h2_step(acc, v, s, xp, kmask, MASK_K: tl.constexpr):
+    """One K tile: 4 half2 FMAs per weight word and token, then to fp32 with the (doubled) block scale."""
     if MASK_K:
-        v = tl.load(wp, mask=kmask[None, :], other=0)
-        s = tl.load(sp, mask=kmask[None, :], other=0)
         xa = tl.load(xp + 0, mask=kmask[None, :], other=0)
         xb = tl.load(xp + 1, mask=kmask[None, :], other=0)
         xc = tl.load(xp + 2, mask=kmask[None, :], other=0)
         xd = tl.load(xp + 3, mask=kmask[None, :], other=0)
     else:
-        v = tl.load(wp)
-        s = tl.load(sp)
         xa = tl.load(xp + 0)
         xb = tl.load(xp + 1)
         xc = tl.load(xp + 2)
@@ -120,7 +116,8 @@ def _h2_step(acc, wp, sp, xp, kmask, MASK_K: tl.constexpr):
 
 @triton.jit
 def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym,
-                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    PREFETCH: tl.constexpr):
     """Rows past N and tokens past M are clamped (read twice, stored never), so only the K tail is masked."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -136,13 +133,33 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
     xp = xw_ptr + rm_c[:, None] * (KW * 4) + (rw * 4)[None, :]  # x16 words: 4 per weight word
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
     full = K // BLOCK_K
-    for t in range(0, full):
-        acc = _h2_step(acc, wp, sp, xp, rw, False)
-        wp += BLOCK_K // 8
-        sp += BLOCK_K // 32
-        xp += BLOCK_K // 2
+    if PREFETCH:  # the next weight tile is loaded before the current one is used (register double buffer)
+        v = tl.load(wp)
+        s = tl.load(sp)
+        for t in range(0, full - 1):
+            v_next = tl.load(wp + BLOCK_K // 8)
+            s_next = tl.load(sp + BLOCK_K // 32)
+            acc = _h2_step(acc, v, s, xp, rw, False)
+            v = v_next
+            s = s_next
+            wp += BLOCK_K // 8
+            sp += BLOCK_K // 32
+            xp += BLOCK_K // 2
+        if full > 0:
+            acc = _h2_step(acc, v, s, xp, rw, False)
+            wp += BLOCK_K // 8
+            sp += BLOCK_K // 32
+            xp += BLOCK_K // 2
+    else:
+        for t in range(0, full):
+            acc = _h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
+            wp += BLOCK_K // 8
+            sp += BLOCK_K // 32
+            xp += BLOCK_K // 2
     if full * BLOCK_K < K:
-        acc = _h2_step(acc, wp, sp, xp, full * (BLOCK_K // 8) + rw < KW, True)
+        km = full * (BLOCK_K // 8) + rw < KW
+        acc = _h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0), xp, km,
+                       True)
     xs = tl.load(xs_ptr + rm_c)
     out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: e8m0_times_2 doubled the scales
     if HAS_BIAS:
@@ -196,7 +213,7 @@ def _tc16_kernel(x16_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(tl.bfloat16), mask=mmask[:, None] & nmask[None, :])
 
 
-def run_gemv_h2(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stages=1):
+def run_gemv_h2(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1):
     M, K = x.shape
     N = p.N
     x16, xs = x_to_f16(x)
@@ -204,7 +221,7 @@ def run_gemv_h2(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stage
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     _gemv_h2_kernel[grid](x16.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                           M, N, K, y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                          BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+                          BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps, num_stages=num_stages)
     return y
 
 
