@@ -65,3 +65,8 @@ __all__ += ["mxfp4_linear", "quantize_mxfp8_rows", "PreparedMXFP4", "prepare_mxf
 from .dequant import mxfp4_to_dense  # noqa: E402
 
 __all__ += ["mxfp4_to_dense"]
+
+from .moe import moe_mxfp4  # noqa: E402
+from .routing import Routing, route  # noqa: E402
+
+__all__ += ["moe_mxfp4", "Routing", "route"]

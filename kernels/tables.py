@@ -21,20 +21,36 @@ LINEAR_TABLE = [
     (1 << 62, "mma", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8}),
 ]
 
+#: MoE: rows keyed by tokens T (routing is device-side, so T is all the host knows).
+MOE_TABLE = [
+    (8, "moe_gemv", {"BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4}),
+    (1 << 62, "moe_tc", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4}),
+]
+MOE_FALLBACK = [(1 << 62, "moe_gemv", {"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4})]
+
 LINEAR_FALLBACK = [
     (8, "gemv", {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4}),
     (1 << 62, "dot_scaled", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4}),
 ]
 
 
-def pick_linear(problem: dict) -> tuple[str, dict]:
-    """(variant, config) for a linear problem {m, n, k, scale_min, scale_max} from the host-side table."""
+def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
     m = problem["m"]
-    for table in (LINEAR_TABLE, LINEAR_FALLBACK):
+    for table in tables:
         for max_m, name, cfg in table:
             if m <= max_m:
-                v = get_variant(name, "linear")
+                v = get_variant(name, op)
                 if v.reason({**v.defaults, **cfg}, problem) is None:
                     return name, dict(cfg)
                 break
-    raise ValueError(f"no linear variant can run {problem}")  # pragma: no cover - fallbacks cover every input
+    raise ValueError(f"no {op} variant can run {problem}")  # pragma: no cover - fallbacks cover every input
+
+
+def pick_linear(problem: dict) -> tuple[str, dict]:
+    """(variant, config) for a linear problem {m, n, k, scale_min, scale_max} from the host-side table."""
+    return _pick("linear", (LINEAR_TABLE, LINEAR_FALLBACK), problem)
+
+
+def pick_moe(problem: dict) -> tuple[str, dict]:
+    """(variant, config) for a MoE problem {m (= tokens), experts, top_k, ...} from the host-side table."""
+    return _pick("moe", (MOE_TABLE, MOE_FALLBACK), problem)

@@ -79,9 +79,10 @@ def cmd_sass(args) -> int:
 
 def cmd_selfcheck(args) -> int:
     """Every kernel once on odd small shapes against the reference (run it under compute-sanitizer too)."""
-    from .selfcheck import selfcheck_linear
+    from .selfcheck import selfcheck_linear, selfcheck_moe
 
-    rows = selfcheck_linear()
+    rows = (selfcheck_linear() if args.op in ("all", "linear") else []) + (
+        selfcheck_moe() if args.op in ("all", "moe") else [])
     bad = [r for r in rows if not r["ok"]]
     for r in rows:
         err = "-" if r["err"] is None else f"{r['err']:.2e}"
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_once)
 
     p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
+    p.add_argument("--op", choices=("all", "linear", "moe"), default="all")
     p.set_defaults(func=cmd_selfcheck)
 
     p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and cuBLAS")

@@ -100,11 +100,52 @@ def compile_linear(variant: str, config: dict, m: int, n: int, k: int, bias: boo
     return list(compiled)
 
 
+def meta_moe_args(tokens: int, experts: int, top_k: int, n: int, k: int):
+    """Shape-only stand-ins for (x, routing, w1, b1, w2, b2) of a MoE call with w1 [E, n, k], w2 [E, k, n/2]."""
+    import torch
+
+    from kernels.prepare import PreparedMXFP4
+    from kernels.routing import Routing
+
+    dev, S = "meta", tokens * top_k
+
+    def prep(nn, kk):
+        return PreparedMXFP4(torch.empty((experts, nn, kk // 2), device=dev, dtype=torch.uint8),
+                             torch.empty((experts, nn, kk // 8), device=dev, dtype=torch.int32),
+                             torch.empty((experts, nn, kk // 32), device=dev, dtype=torch.uint8), (experts, nn, kk),
+                             120, 124)
+
+    i32 = dict(device=dev, dtype=torch.int32)
+    r = Routing(torch.empty((tokens, top_k), **i32), torch.empty((tokens, top_k), device=dev, dtype=torch.float32),
+                torch.empty((experts,), **i32), torch.empty((experts + 1,), **i32), torch.empty((S,), **i32),
+                torch.empty((S,), **i32), experts)
+    x = torch.empty((tokens, k), device=dev, dtype=torch.bfloat16)
+    b1 = torch.empty((experts, n), device=dev, dtype=torch.bfloat16)
+    b2 = torch.empty((experts, k), device=dev, dtype=torch.bfloat16)
+    return x, r, prep(n, k), b1, prep(k, n // 2), b2
+
+
+def compile_moe(variant: str, config: dict, tokens: int, experts: int, top_k: int, n: int, k: int,
+                arch: int | None = None):
+    """Compile (not run) one MoE variant config; returns [(kernel name, CompiledKernel)]."""
+    from kernels import VARIANTS
+
+    v = VARIANTS[variant]
+    x, r, p1, b1, p2, b2 = meta_moe_args(tokens, experts, top_k, n, k)
+    with compile_only(arch) as compiled:
+        v.fn(x, r, p1, b1, p2, b2, 1.702, 7.0, **{**v.defaults, **config})
+    return list(compiled)
+
+
 def _task(task: dict) -> dict:
     t = time.perf_counter()
     try:
-        compile_linear(task["variant"], task["config"], task["m"], task["n"], task["k"], task.get("bias", False),
-                       task.get("arch"))
+        if task.get("op") == "moe":
+            compile_moe(task["variant"], task["config"], task["m"], task["experts"], task["top_k"], task["n"],
+                        task["k"], task.get("arch"))
+        else:
+            compile_linear(task["variant"], task["config"], task["m"], task["n"], task["k"], task.get("bias", False),
+                           task.get("arch"))
         return {**task, "ok": True, "error": None, "seconds": time.perf_counter() - t}
     except Exception as e:  # reported, the sweep records the failure when it runs the point
         msg = str(e).strip().splitlines()
@@ -117,8 +158,8 @@ def _specialization(task: dict) -> tuple:
     def cls(v):
         return "1" if v == 1 else ("16" if v % 16 == 0 else "x")
 
-    return (task["variant"], tuple(sorted(task["config"].items())), cls(task["m"]), cls(task["n"]),
-            cls(task["k"]), task.get("bias", False))
+    return (task.get("op", "linear"), task["variant"], tuple(sorted(task["config"].items())), cls(task["m"]),
+            cls(task["n"]), cls(task["k"]), task.get("bias", False), task.get("experts"), task.get("top_k"))
 
 
 def precompile(tasks: list[dict], workers: int | None = None, progress: bool = True) -> list[dict]:

@@ -46,3 +46,36 @@ def selfcheck_linear(configs_per_variant: int = 2, seed: int = 0) -> list[dict]:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return rows
+
+
+def selfcheck_moe(seed: int = 0) -> list[dict]:
+    """Each MoE variant (defaults) on a small layer under uniform, skewed and degenerate routings."""
+    from kernels import Routing, moe_mxfp4
+    from kernels.reference import reference_moe
+
+    from . import routing as rgen
+    from .bench_moe import TOL_MOE, _layer
+
+    dev = device()
+    E, H, I, k = 8, 64, 96, 2
+    w1, b1, w2, b2 = _layer(E, H, I, seed=seed, dev=dev)
+    rows = []
+    for T in (1, 5, 33):
+        x = torch.randn(T, H, generator=torch.Generator(device=dev).manual_seed(T), device=dev).to(torch.bfloat16)
+        for rt in ("uniform", "hot(0.7,1)", "all_to_one", "duplicates(0.5)"):
+            s = rgen.generate(rt, T, E, k, seed=T)
+            r = Routing.from_ids(s.ids.to(dev), s.weights.to(dev), E)
+            ref = reference_moe(x.float(), (s.ids.to(dev), s.weights.to(dev)), w1, b1.float(), w2, b2.float())
+            for name, v in VARIANTS.items():
+                if v.op != "moe":
+                    continue
+                try:
+                    err = _rel_err(moe_mxfp4(x, r, w1, b1, w2, b2, variant=name), ref)
+                    rows.append({"variant": name, "m": T, "n": 2 * I, "k": H, "config": rt, "err": err,
+                                 "ok": err <= TOL_MOE})
+                except Exception as e:
+                    rows.append({"variant": name, "m": T, "n": 2 * I, "k": H, "config": rt, "err": None, "ok": False,
+                                 "error": f"{type(e).__name__}: {e}"[:300]})
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return rows

@@ -104,6 +104,38 @@ def expand_linear(spec: dict, on_gpu: bool):
     return cases
 
 
+def expand_moe(spec: dict, on_gpu: bool):
+    """Every MoECase of a moe spec: models x tokens x routings x (baselines + variant configs)."""
+    from .bench_moe import MODELS, MoECase
+
+    models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
+    tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
+    routings = spec["routings"] if on_gpu else spec.get("cpu_routings", spec["routings"])
+    ranges = spec.get("m_range", {})
+    rng = random.Random(0)
+    cases = []
+    for model in models:
+        if model not in MODELS:
+            raise ValueError(f"spec: unknown model {model!r}; known: {', '.join(MODELS)}")
+        E, k, H, I = MODELS[model]
+        for t in tokens:
+            for rt in routings:
+                base = dict(model=model, tokens=t, routing=rt, experts=E, top_k=k, hidden=H, intermediate=I)
+                for b in spec.get("baselines", []):
+                    cases.append(MoECase(variant=b, **base))
+                problem = {"op": "moe", "m": t, "tokens": t, "experts": E, "top_k": k, "n": 2 * I, "k": H,
+                           "scale_min": 118, "scale_max": 124}
+                for name, grid in spec.get("variants", {}).items():
+                    lo, hi = ranges.get(name, [0, float("inf")])
+                    if not lo <= t <= hi:
+                        continue
+                    cfgs = variant_configs(name, grid, problem)
+                    if not on_gpu and spec.get("cpu_configs"):
+                        cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
+                    cases += [MoECase(variant=name, config=c, **base) for c in cfgs]
+    return cases
+
+
 def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None = None, limit: int | None = None,
               progress: bool = True, precompile_workers: int | None = None) -> Path:
     """Run a sweep into a run folder (new, `out`, or `resume`d); returns the folder."""
@@ -115,10 +147,10 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     from .runs import create_run, open_run
 
     spec = load_spec(spec)
-    if spec["op"] != "linear":
-        raise ValueError(f"spec op {spec['op']!r} is not supported by this sweep runner (known: linear)")
+    if spec["op"] not in ("linear", "moe"):
+        raise ValueError(f"spec op {spec['op']!r} is not supported (known: linear, moe)")
     on_gpu = torch.cuda.is_available()
-    cases = expand_linear(spec, on_gpu)
+    cases = expand_linear(spec, on_gpu) if spec["op"] == "linear" else expand_moe(spec, on_gpu)
     if resume:
         run = open_run(resume)
         run.update_meta(parameters={**run.meta.get("parameters", {}), "spec": spec})
@@ -140,26 +172,46 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         run.update_meta(ceilings=ceilings.as_meta())
         from .compile import precompile
 
-        tasks = [{"variant": c.variant, "config": c.config, "m": c.m, "n": c.n, "k": c.k, "bias": c.bias}
-                 for c in todo if c.variant in VARIANTS]
+        if spec["op"] == "linear":
+            tasks = [{"variant": c.variant, "config": c.config, "m": c.m, "n": c.n, "k": c.k, "bias": c.bias}
+                     for c in todo if c.variant in VARIANTS]
+        else:
+            tasks = [{"op": "moe", "variant": c.variant, "config": c.config, "m": c.tokens, "experts": c.experts,
+                      "top_k": c.top_k, "n": 2 * c.intermediate, "k": c.hidden} for c in todo if c.variant in VARIANTS]
         failed = [r for r in precompile(tasks, workers=precompile_workers, progress=progress) if not r["ok"]]
         if failed:
             print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
     bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
-    by_shape: dict = {}
+    groups: dict = {}
     for c in todo:
-        by_shape.setdefault((c.shape, c.n, c.k), []).append(c)
+        groups.setdefault((c.shape, c.n, c.k) if spec["op"] == "linear" else c.model, []).append(c)
     seed = len(done)
-    for (shape, n, k), group in by_shape.items():
-        lb = bench.LinearBench(n, k, max_m=max(c.m for c in group))
+    for key, group in groups.items():
+        if spec["op"] == "linear":
+            b = bench.LinearBench(key[1], key[2], max_m=max(c.m for c in group))
+            measure = bench.measure_linear
+        else:
+            from . import bench_moe
+
+            b = bench_moe.MoEBench(key, baseline=any(c.variant == "torch_bf16" for c in group))
+            measure = bench_moe.measure_moe
         for c in group:
-            bar.set_postfix_str(f"{shape} m={c.m} {c.variant}", refresh=False)
+            bar.set_postfix_str(f"{key[0] if isinstance(key, tuple) else key} m={c.key()['m']} {c.variant}",
+                                refresh=False)
             seed += 1
-            store.append(bench.measure_linear(c, lb, ceilings=ceilings, seed=seed))
+            store.append(measure(c, b, ceilings=ceilings, seed=seed))
             bar.update()
-        lb.release()
+        b.release()
         if on_gpu:
             torch.cuda.empty_cache()
+    if spec["op"] == "moe" and spec.get("route"):
+        from . import bench_moe
+
+        for model in {c.model for c in cases}:
+            for t in sorted({c.tokens for c in cases if c.model == model}):
+                row = bench_moe.measure_route(model, t)
+                if point_key(row) not in done:
+                    store.append(row)
     bar.close()
     run.finish()
     return run.path

@@ -1,0 +1,330 @@
+"""GPT-OSS MoE layer with MXFP4 experts: x[T, H] -> [T, H] (router excluded), three launches:
+
+  mlp1      per expert: rows x[token(slot)] of its slots (expert-sorted order) times W1[e]^T + b1[e], then the
+            GPT-OSS SwiGLU on interleaved gate/linear columns -> act[position, I] (bf16)
+  mlp2      per expert: act rows times W2[e]^T + b2[e], times the slot's gate weight -> y[position, H] (bf16)
+  combine   out[t] = sum over the token's k slots of y[inverse[slot]]
+
+Both GEMM launches have a grid fixed by T, k, E and the tile shape; programs whose expert has no tokens
+exit at once, so any routing (zero-token experts, duplicates, everything on one expert) runs under one
+captured graph without a host sync.
+
+Variants (VARIANTS, kind "moe"):
+  moe_gemv  decode: grid (expert, N tile); each program streams its expert's weight tile once per BLOCK_M
+            tokens and loops over all of the expert's tokens inside. CUDA cores, exact for every scale byte.
+  moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
+            of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
+            registers as the MMA's M side. Exact for scale bytes 14..240.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._triton import tl, triton
+from .decode import F16_TRICK, decode_bf16, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, tc_dot
+from .formats import MXFP4Tensor, _check_tensor
+from .prepare import PreparedMXFP4, prepare_mxfp4
+from .routing import Routing
+from .variants import Variant, get_variant, register, rule_block_k_multiple_of_32, rule_pow2, rule_scale_window
+
+# ------------------------------------------------------------------------------------------------------------
+# Epilogues shared by both variants
+
+
+@triton.jit
+def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
+              PHASE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
+
+    PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2.
+    PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn].
+    """
+    acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    if PHASE == 1:
+        g, lin = tl.split(tl.reshape(acc, (acc.shape[0], BLOCK_N // 2, 2)))
+        g = tl.minimum(g, limit)
+        lin = tl.minimum(tl.maximum(lin, -limit), limit)
+        a = g * tl.sigmoid(alpha * g) * (lin + 1.0)
+        ri = rn // 2
+        ri = tl.reshape(ri, (BLOCK_N // 2, 2))
+        ri, _ = tl.split(ri)
+        half = N // 2
+        tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16),
+                 mask=mmask[:, None] & (ri < half)[None, :])
+    else:
+        gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], (acc * gate[:, None]).to(tl.bfloat16),
+                 mask=mmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
+    """Rows of the GEMM input for sorted positions rm: tokens for mlp1 (x), positions for mlp2 (act)."""
+    slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
+    if PHASE == 1:
+        src = slots // TOPK
+    else:
+        src = rm
+    return slots, tl.where(mmask, src, 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# moe_gemv
+
+
+@triton.jit
+def _moe_gemv_kernel(a_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit,
+                     PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    e = tl.program_id(0)
+    start = tl.load(offs_ptr + e)
+    end = tl.load(offs_ptr + e + 1)
+    if end > start:  # experts without tokens exit at once
+        KW = K // 8
+        KB = K // 32
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < N
+        rn_c = tl.minimum(rn, N - 1)
+        rw = tl.arange(0, BLOCK_K // 8)
+        w_base = w_ptr + e.to(tl.int64) * N * KW + rn_c[:, None] * KW
+        s_base = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB
+        for m0 in range(start, end, BLOCK_M):
+            rm = m0 + tl.arange(0, BLOCK_M)
+            mmask = rm < end
+            slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+            acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                kw = k0 // 8 + rw
+                km = kw < KW
+                v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
+                s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=0)
+                a, b, c, d = e2m1_pairs(v)
+                xp = a_ptr + src[:, None].to(tl.int64) * K + (kw * 8)[None, :]
+                xm = mmask[:, None] & km[None, :]
+                p = half_lo(a)[None] * tl.load(xp + 0, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_lo(b)[None] * tl.load(xp + 1, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_lo(c)[None] * tl.load(xp + 2, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_lo(d)[None] * tl.load(xp + 3, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_hi(a)[None] * tl.load(xp + 4, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_hi(b)[None] * tl.load(xp + 5, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_hi(c)[None] * tl.load(xp + 6, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p += half_hi(d)[None] * tl.load(xp + 7, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                acc += p * e8m0_to_f32(s)[None]
+            out = tl.sum(acc, axis=2) * F16_TRICK
+            _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# moe_tc
+
+
+@triton.jit
+def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
+                   alpha, limit, E, PHASE: tl.constexpr, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    tile = tl.program_id(0)
+    total = tl.load(tiles_ptr + E)
+    if tile < total:  # the grid is sized for the worst case; spare programs exit
+        # expert owning this tile: the largest e with tiles[e] <= tile (empty experts share their neighbour's offset)
+        lo = 0
+        hi = E
+        for _ in tl.static_range(LOG_E):
+            mid = (lo + hi) // 2
+            go = tl.load(tiles_ptr + mid) <= tile
+            lo = tl.where(go, mid, lo)
+            hi = tl.where(go, hi, mid)
+        e = lo
+        start = tl.load(offs_ptr + e)
+        end = tl.load(offs_ptr + e + 1)
+        m0 = start + (tile - tl.load(tiles_ptr + e)) * BLOCK_M
+        rm = m0 + tl.arange(0, BLOCK_M)
+        mmask = rm < end
+        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+        KW = K // 8
+        KB = K // 32
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < N
+        rn_c = tl.minimum(rn, N - 1)
+        rw = tl.arange(0, BLOCK_K // 8)
+        rk = tl.arange(0, BLOCK_K)
+        w_base = w_ptr + e.to(tl.int64) * N * KW + rn_c[:, None] * KW
+        s_base = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB
+        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kw = k0 // 8 + rw
+            km = kw < KW
+            v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
+            s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=127)
+            w = decode_bf16(v, s)
+            k = k0 + rk
+            x = tl.load(a_ptr + src[None, :].to(tl.int64) * K + k[:, None], mask=mmask[None, :] & (k < K)[:, None],
+                        other=0.0)
+            acc = tc_dot(w, x, acc)
+        _epilogue(tl.trans(acc), rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE,
+                  BLOCK_N)
+
+
+@triton.jit
+def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.constexpr):
+    t = tl.program_id(0)
+    rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = rh < H
+    acc = tl.zeros((BLOCK_H,), tl.float32)
+    for j in tl.static_range(TOPK):
+        pos = tl.load(inv_ptr + t * TOPK + j).to(tl.int64)
+        acc += tl.load(y_ptr + pos * H + rh, mask=hm, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Launchers
+
+
+def _launch_gemv(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg):
+    E, N, K = p.shape
+    grid = (E, triton.cdiv(N, cfg["BLOCK_N"]))
+    _moe_gemv_kernel[grid](src, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
+                           float(alpha), float(limit), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                           BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
+
+
+def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
+    E, N, K = p.shape
+    S = r.sorted.numel()
+    BM = cfg["BLOCK_M"]
+    grid = (triton.cdiv(S, BM) + min(E, S), triton.cdiv(N, cfg["BLOCK_N"]))  # >= sum over experts of ceil(c/BM)
+    _moe_tc_kernel[grid](src, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
+                         float(alpha), float(limit), E, PHASE=phase, LOG_E=max(1, math.ceil(math.log2(E))),
+                         BLOCK_M=BM, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                         num_stages=cfg.get("num_stages", 3))
+
+
+def _tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
+    """[E + 1] cumulative count of BLOCK_M-token tiles per expert (device side, no sync)."""
+    tiles = torch.zeros(r.num_experts + 1, dtype=torch.int32, device=r.counts.device)
+    tiles[1:] = torch.cumsum((r.counts + (block_m - 1)) // block_m, 0)
+    return tiles
+
+
+def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
+    T, H = x.shape
+    S = r.sorted.numel()
+    I2 = p1.shape[1]
+    act = torch.empty((S, I2 // 2), device=x.device, dtype=torch.bfloat16)
+    y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
+    out = torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
+    if S == 0:
+        return out
+    if kind == "gemv":
+        _launch_gemv(1, x, r, p1, b1, act, alpha, limit, cfg)
+        _launch_gemv(2, act, r, p2, b2, y, alpha, limit, cfg)
+    else:
+        tiles = _tile_offsets(r, cfg["BLOCK_M"])
+        _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
+        _launch_tc(2, act, r, p2, b2, y, alpha, limit, cfg, tiles)
+    _combine_kernel[(T, triton.cdiv(H, 1024))](y, r.inverse, out, H, TOPK=r.top_k, BLOCK_H=1024)
+    return out
+
+
+def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
+    return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+
+
+def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
+    return _run("tc", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Registry and entry point
+
+_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
+
+
+def _rule_gemv_regs(cfg, problem):
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
+    if per_thread > 64:
+        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N*BLOCK_K/8/threads > 64)"
+    return None
+
+
+def _rule_tc(cfg, problem):
+    if cfg["BLOCK_K"] < 64:
+        return f"BLOCK_K={cfg['BLOCK_K']} must be at least 64"
+    if cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["num_warps"]) > 128:
+        return "accumulator needs more than 128 registers per thread (BLOCK_M*BLOCK_N/threads)"
+    return None
+
+
+register(Variant(
+    name="moe_gemv", kind="moe", op="moe", fn=_run_moe_gemv,
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8)},
+    defaults={"BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
+    rules=(_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs),
+    description="decode: one program per (expert, N tile) streams the expert's weights for all its tokens",
+))
+register(Variant(
+    name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,
+    space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128), "num_warps": (4, 8),
+           "num_stages": (2, 3)},
+    defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
+    rules=(_pow2, rule_block_k_multiple_of_32, _rule_tc, rule_scale_window(14, 240)),
+    description="grouped GEMM on tensor cores over per-expert tiles of BLOCK_M tokens",
+))
+
+
+def moe_problem(tokens: int, r: Routing, p1: PreparedMXFP4, p2: PreparedMXFP4) -> dict:
+    """The problem dict MoE variants' rules see."""
+    return {"op": "moe", "m": tokens, "tokens": tokens, "experts": p1.shape[0], "top_k": r.top_k,
+            "n": p1.shape[1], "k": p1.shape[2], "scale_min": min(p1.scale_min, p2.scale_min),
+            "scale_max": max(p1.scale_max, p2.scale_max)}
+
+
+def _check_moe_args(x, routing, w1, b1, w2, b2):
+    _check_tensor("x", x, (torch.bfloat16,))
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
+    if not isinstance(routing, Routing):
+        raise TypeError(f"routing must be a Routing (kernels.route or Routing.from_ids), got {type(routing).__name__}")
+    for name, w in (("w1", w1), ("w2", w2)):
+        if not isinstance(w, (MXFP4Tensor, PreparedMXFP4)):
+            raise TypeError(f"{name} must be an MXFP4Tensor, got {type(w).__name__}")
+        if len(w.shape) != 3:
+            raise ValueError(f"{name} must be 3-D [E, N, K], got shape {w.shape}")
+    E, I2, H = w1.shape
+    if x.shape[1] != H:
+        raise ValueError(f"x has H={x.shape[1]} but w1 has H={H}")
+    if I2 % 2 or tuple(w2.shape) != (E, H, I2 // 2):
+        raise ValueError(f"w2 must have shape {(E, H, I2 // 2)} to match w1 {tuple(w1.shape)}, got {tuple(w2.shape)}")
+    if routing.num_experts != E:
+        raise ValueError(f"routing has {routing.num_experts} experts but w1 has {E}")
+    if routing.tokens != x.shape[0]:
+        raise ValueError(f"routing covers {routing.tokens} tokens but x has {x.shape[0]}")
+    for name, b, shape in (("b1", b1, (E, I2)), ("b2", b2, (E, H))):
+        _check_tensor(name, b, (torch.bfloat16, torch.float32, torch.float16))
+        if tuple(b.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(b.shape)}")
+
+
+def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: torch.Tensor, *,
+              alpha: float = 1.702, limit: float = 7.0, variant: str = "auto", **config) -> torch.Tensor:
+    """GPT-OSS MoE layer: x [T, H] bf16, routing from route()/Routing.from_ids, w1 MXFP4 [E, 2I, H] (gate and
+    linear rows interleaved), b1 [E, 2I], w2 MXFP4 [E, H, I], b2 [E, H] -> [T, H] bf16.
+
+    variant="auto" picks from the host-side table in kernels.tables by T (no device sync).
+    """
+    _check_moe_args(x, routing, w1, b1, w2, b2)
+    p1 = w1 if isinstance(w1, PreparedMXFP4) else prepare_mxfp4(w1)
+    p2 = w2 if isinstance(w2, PreparedMXFP4) else prepare_mxfp4(w2)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    problem = moe_problem(x.shape[0], routing, p1, p2)
+    if variant == "auto":
+        from .tables import pick_moe
+
+        variant, picked = pick_moe(problem)
+        config = {**picked, **config}
+    v = get_variant(variant, "moe")
+    cfg = v.check(config, problem)
+    return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, **cfg)

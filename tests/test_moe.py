@@ -1,0 +1,152 @@
+"""moe_mxfp4 and route against the fp32 references, under uniform and pathological routings.
+
+Tolerance 2e-2 (norm-wise relative): the kernels keep two bf16 intermediates (SwiGLU output and the per-slot
+mlp2 rows) besides the bf16 output, and the interpreter's bf16 casts truncate; correct kernels land near
+8e-3 on CPU while a wrong expert, row, nibble or scale gives >= 1e-1.
+"""
+
+import pytest
+import torch
+
+import kernels as K
+from kernels.moe import moe_problem
+from kernels.tables import MOE_TABLE, pick_moe
+from labkit import routing as rgen
+
+MOE = {n: v for n, v in K.VARIANTS.items() if v.op == "moe"}
+TOL = 2e-2
+E, H, I, TOPK = 8, 64, 96, 2
+
+
+@pytest.fixture(scope="module")
+def layer():
+    g = torch.Generator().manual_seed(0)
+    w1 = K.quantize_mxfp4(torch.randn(E, 2 * I, H, generator=g) * 0.2)
+    w2 = K.quantize_mxfp4(torch.randn(E, H, I, generator=g) * 0.2)
+    b1 = torch.randn(E, 2 * I, generator=g) * 0.1
+    b2 = torch.randn(E, H, generator=g) * 0.1
+    return w1, b1, w2, b2
+
+
+def rel_err(y, ref):
+    return ((y.float().cpu() - ref).norm() / ref.norm()).item()
+
+
+ROUTINGS = ["uniform", "hot(0.6,1)", "all_to_one", "duplicates(0.5)", "zipf(1.2)", "from_logits"]
+
+
+@pytest.mark.parametrize("name", sorted(MOE))
+@pytest.mark.parametrize("routing", ROUTINGS)
+@pytest.mark.parametrize("tokens", [1, 17])
+def test_variant_matches_reference(name, routing, tokens, layer, device):
+    w1, b1, w2, b2 = layer
+    sample = rgen.generate(routing, tokens, E, TOPK, seed=tokens)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    dw = [w.to(device) if isinstance(w, K.MXFP4Tensor) else w.to(device) for w in (w1, b1, w2, b2)]
+    cfgs = MOE[name].configs(moe_problem(tokens, r, K.prepare_mxfp4(dw[0]), K.prepare_mxfp4(dw[2])))
+    for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2]]:
+        y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
+        assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
+        assert rel_err(y, ref) < TOL, (routing, cfg)
+
+
+def test_route_matches_torch_reference(device):
+    logits = torch.randn(33, 16, generator=torch.Generator().manual_seed(1)).to(device)
+    r = K.route(logits, 4)
+    vals, ids = torch.topk(logits, 4)
+    assert torch.equal(r.ids.long(), ids)
+    assert torch.allclose(r.weights, torch.softmax(vals, -1))
+    assert torch.equal(r.counts.long(), torch.bincount(ids.reshape(-1), minlength=16))
+    assert r.offsets[0] == 0 and int(r.offsets[-1]) == 33 * 4
+    # sorted order groups slots by expert, ascending slot within an expert; inverse undoes it
+    flat = ids.reshape(-1)
+    experts_in_order = flat[r.sorted.long()]
+    assert torch.all(experts_in_order[1:] >= experts_in_order[:-1])
+    assert torch.equal(r.sorted.long()[r.inverse.long()], torch.arange(33 * 4, device=logits.device))
+
+
+def test_route_with_duplicates_and_empty_experts(device):
+    ids = torch.tensor([[2, 2], [2, 5]], dtype=torch.int32, device=device)
+    r = K.Routing.from_ids(ids, torch.ones(2, 2, device=device), 8)
+    assert r.counts.tolist() == [0, 0, 3, 0, 0, 1, 0, 0]
+    assert r.offsets.tolist() == [0, 0, 0, 3, 3, 3, 4, 4, 4]
+    assert r.sorted.tolist() == [0, 1, 2, 3]
+
+
+def test_zero_tokens_layer(layer, device):
+    w1, b1, w2, b2 = (t.to(device) for t in layer)
+    r = K.route(torch.zeros(0, E, device=device), TOPK)
+    y = K.moe_mxfp4(torch.zeros(0, H, dtype=torch.bfloat16, device=device), r, w1, b1, w2, b2)
+    assert y.shape == (0, H)
+
+
+@pytest.mark.parametrize("tokens", [1, 4, 8, 9, 64, 65, 4096])
+def test_auto_picks_a_valid_variant(tokens, layer):
+    w1, _, w2, _ = layer
+    r = K.route(torch.randn(tokens, E), TOPK)
+    problem = moe_problem(tokens, r, K.prepare_mxfp4(w1), K.prepare_mxfp4(w2))
+    name, cfg = pick_moe(problem)
+    assert MOE[name].reason({**MOE[name].defaults, **cfg}, problem) is None
+    for _, n, c in MOE_TABLE:
+        assert n in MOE
+
+
+def test_bad_input_errors(layer, device):
+    w1, b1, w2, b2 = (t.to(device) for t in layer)
+    x = torch.randn(3, H).to(torch.bfloat16).to(device)
+    r = K.route(torch.randn(3, E, device=device), TOPK)
+    with pytest.raises(ValueError, match=r"ids: expert id out of range 0\.\.7"):
+        K.Routing.from_ids(torch.tensor([[0, 8]], device=device), torch.ones(1, 2, device=device), E)
+    with pytest.raises(ValueError, match="k must be between 1 and the number of experts 8"):
+        K.route(torch.randn(3, E, device=device), 9)
+    with pytest.raises(ValueError, match="x has H=32 but w1 has H=64"):
+        K.moe_mxfp4(x[:, :32], r, w1, b1, w2, b2)
+    with pytest.raises(ValueError, match="routing covers 3 tokens but x has 2"):
+        K.moe_mxfp4(x[:2], r, w1, b1, w2, b2)
+    with pytest.raises(ValueError, match=r"b2 must have shape \(8, 64\)"):
+        K.moe_mxfp4(x, r, w1, b1, w2, b2[:, :5])
+    with pytest.raises(TypeError, match="routing must be a Routing"):
+        K.moe_mxfp4(x, (r.ids, r.weights), w1, b1, w2, b2)
+    with pytest.raises(TypeError, match="x must have dtype bfloat16"):
+        K.moe_mxfp4(x.float(), r, w1, b1, w2, b2)
+    with pytest.raises(ValueError, match="routing has 8 experts but w1 has 4"):
+        K.moe_mxfp4(x, r, w1[:4], b1[:4], w2[:4], b2[:4])
+
+
+def test_generators_report_load_balance():
+    s = rgen.generate("all_to_one", 16, 8, 2).stats()
+    assert s["distinct_experts"] == 1 and s["max_per_expert"] == 32 and s["imbalance"] == 8.0
+    u = rgen.generate("uniform", 64, 8, 2, seed=1)
+    assert all(len(set(row)) == 2 for row in u.ids.tolist())  # distinct experts per token
+    h = rgen.generate("hot(0.9,1)", 400, 8, 2, seed=2).stats()
+    assert h["max_per_expert"] >= 0.35 * 800  # expert 0 takes a large share (distinct picks cap it at 1 per token)
+    d = rgen.generate("duplicates(1.0)", 10, 8, 3).ids
+    assert torch.all(d == d[:, :1])
+    with pytest.raises(ValueError, match="routing must be one of"):
+        rgen.generate("bimodal", 4, 8, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(MOE))
+def test_graph_capture_replays_new_routing_contents(name, layer):
+    w1, b1, w2, b2 = (t.cuda() for t in layer)
+    T = 9
+    x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
+    logits = torch.randn(T, E, device="cuda")
+    r = K.route(logits, TOPK)
+    K.moe_mxfp4(x, r, w1, b1, w2, b2, variant=name)  # compile outside capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        r = K.route(logits, TOPK)
+        y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant=name)
+    for seed in range(3):  # new routing contents (including all tokens on one expert), same buffers
+        new = torch.randn(T, E, generator=torch.Generator().manual_seed(seed)).cuda()
+        if seed == 2:
+            new[:, 5] += 100.0
+        logits.copy_(new)
+        g.replay()
+        torch.cuda.synchronize()
+        ref = K.reference_moe(x.float().cpu(), logits.cpu(), *(t.cpu() for t in (w1, b1, w2, b2)), k=TOPK)
+        assert rel_err(y, ref) < TOL
