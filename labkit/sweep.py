@@ -107,10 +107,13 @@ def expand_linear(spec: dict, on_gpu: bool):
 def expand_moe(spec: dict, on_gpu: bool):
     """Every MoECase of a moe spec: models x tokens x routings x (baselines + variant configs)."""
     from .bench_moe import MODELS, MoECase
+    from .routing import parse
 
     models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
     tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
     routings = spec["routings"] if on_gpu else spec.get("cpu_routings", spec["routings"])
+    for rt in set(spec["routings"]) | set(spec.get("cpu_routings", [])):
+        parse(rt)  # a bad routing name fails here, before any GPU time is spent
     ranges = spec.get("m_range", {})
     rng = random.Random(0)
     cases = []
