@@ -136,15 +136,12 @@ def test_sliding_window_and_full_layers():
     """Layer 0 (window 8) at position 12 cannot see token 0; layer 1 (full) can."""
     cfg = CFG.replace(layers=2)
     m = GptOss(cfg, synthetic_weights(cfg, seed=2))
-    outs = []
-    for first in (3, 200):
+    a, b = {}, {}
+    for first, cap in ((3, a), (200, b)):
         t = tokens(1, 13)
         t[0, 0] = first
-        cap = {}
-        with m.add_hook(lambda layer, name, v: cap.__setitem__((layer, name), v.clone())):
+        with m.add_hook(lambda layer, name, v, cap=cap: cap.__setitem__((layer, name), v.clone())):
             m.forward(t, m.new_cache(1, 13), all_logits=True)
-        outs.append(cap)
-    a, b = outs
     assert torch.equal(a[(0, "attention")][0, 12], b[(0, "attention")][0, 12])
     assert not torch.equal(a[(0, "attention")][0, 7], b[(0, "attention")][0, 7])
     assert not torch.equal(a[(1, "attention")][0, 12], b[(1, "attention")][0, 12])

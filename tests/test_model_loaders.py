@@ -167,12 +167,12 @@ def test_gguf_experts_match_the_gguf_package_dequantizer(weights, tmp_path):
 
 
 @pytest.mark.parametrize("fmt, drop, message", [
-    ("openai", "block.1.mlp.mlp1_weight.scales", "block.1.mlp.mlp1_weight.blocks has no matching scales tensor "
-                                                 "block.1.mlp.mlp1_weight.scales"),
+    ("openai", "block.1.mlp.mlp1_weight.scales",
+     "block.1.mlp.mlp1_weight.blocks has no matching scales tensor block.1.mlp.mlp1_weight.scales"),
     ("openai", "block.0.mlp.mlp2_weight.blocks", "block.0.mlp.mlp2_weight.scales has no matching blocks tensor"),
     ("openai", "block.0.attn.sinks", "missing tensor block.0.attn.sinks"),
-    ("hf", "model.layers.0.mlp.experts.gate_up_proj_scales", "model.layers.0.mlp.experts.gate_up_proj_blocks has "
-                                                              "no matching scales"),
+    ("hf", "model.layers.0.mlp.experts.gate_up_proj_scales",
+     "model.layers.0.mlp.experts.gate_up_proj_blocks has no matching scales"),
     ("hf", "model.layers.1.self_attn.k_proj.weight", "missing tensor model.layers.1.self_attn.k_proj.weight"),
 ])
 def test_safetensors_missing_tensor_is_named(weights, tmp_path, fmt, drop, message):

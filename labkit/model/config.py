@@ -78,7 +78,8 @@ class ModelConfig:
         return self.replace(faults=frozenset(faults))
 
 
-_GPT_OSS = dict(hidden=2880, intermediate=2880, top_k=4, q_heads=64, kv_heads=8, head_dim=64, vocab=201088)
+_GPT_OSS = {"hidden": 2880, "intermediate": 2880, "top_k": 4, "q_heads": 64, "kv_heads": 8, "head_dim": 64,
+            "vocab": 201088}
 
 PRESETS: dict[str, ModelConfig] = {
     "gpt-oss-20b": ModelConfig("gpt-oss-20b", layers=24, experts=32, **_GPT_OSS),

@@ -59,7 +59,7 @@ class SafetensorsSource:
         self.files: dict[str, Path] = {}
         for f in files:
             with safe_open(str(f), framework="pt", device="cpu") as h:
-                for k in h.keys():
+                for k in h.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
                     self.files[k] = f
 
     @property

@@ -9,7 +9,7 @@ be captured as a CUDA graph (labkit.model.graph).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

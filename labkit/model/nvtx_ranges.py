@@ -26,7 +26,7 @@ _attrs: dict[str, object] = {}
 
 
 class _Range:
-    __slots__ = ("name", "_rf")
+    __slots__ = ("_rf", "name")
 
     def __init__(self, name: str):
         self.name = name
