@@ -57,10 +57,10 @@ def cmd_model_diverge(args) -> int:
     """Run two model variants on the same tokens; report the first component and layer that diverges."""
     import torch
 
+    from .charts import save_figure
     from .model import get_config, load_checkpoint
     from .model.diverge import diverge, divergence_chart
     from .runs import create_run, write_json_atomic
-    from .charts import save_figure
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     weights = None if args.weights == "synthetic" else load_checkpoint(args.weights, get_config(args.model),
@@ -82,9 +82,10 @@ def cmd_model_diverge(args) -> int:
 
 
 def _add_model_parser(sub) -> None:
+    from kernels import ROUNDINGS
+
     from .model.backends import LM_HEAD_BACKENDS, MOE_BACKENDS
     from .model.config import PRESETS
-    from kernels import ROUNDINGS
 
     model = sub.add_parser("model", help="GPT-OSS model runs: decode profile, divergence finder")
     msub = model.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", required=True)

@@ -2,6 +2,7 @@
 
 import math
 
+import fake_kernels
 import pytest
 import torch
 
@@ -233,29 +234,7 @@ def test_torch_only_faults_are_refused_with_the_triton_moe(weights):
 
 def test_triton_seam_calls_the_kernel_contract(weights, monkeypatch):
     """Stand-in kernels with the contract's signatures (reference math) receive exactly the model's tensors."""
-    calls = []
-
-    class Routing:
-        def __init__(self, ids, weights):
-            self.ids, self.weights = ids, weights
-
-    def route(logits, k):
-        calls.append(("route", tuple(logits.shape), k))
-        r = route_torch(logits, CFG)
-        return Routing(r.ids, r.weights)
-
-    def moe_mxfp4(x, routing, w1, b1, w2, b2, *, alpha=1.702, limit=7.0, variant="auto"):
-        assert isinstance(routing, Routing) and x.dtype == torch.bfloat16
-        calls.append(("moe_mxfp4", tuple(x.shape), w1.shape, w2.shape, alpha, limit))
-        return reference_moe(x, (routing.ids, routing.weights), w1, b1, w2, b2, alpha=alpha, limit=limit).bfloat16()
-
-    def mxfp4_linear(x, w, bias=None, *, variant="auto", **config):
-        assert x.dtype == torch.bfloat16 and x.dim() == 2
-        calls.append(("mxfp4_linear", tuple(x.shape), w.shape))
-        return (x.float() @ dequantize_mxfp4(w).T).bfloat16()
-
-    for name, fn in (("route", route), ("moe_mxfp4", moe_mxfp4), ("mxfp4_linear", mxfp4_linear)):
-        monkeypatch.setattr(kernels, name, fn, raising=False)
+    calls = fake_kernels.install(monkeypatch)
     t = tokens(1, 6)
     ref_model = GptOss(CFG, weights, Backends(moe="torch", lm_head="mxfp4-torch"))
     ref = ref_model.forward(t, ref_model.new_cache(1, 6))

@@ -9,8 +9,8 @@ one more entry of `lm_head_variants`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -99,8 +99,8 @@ def lm_head_study(hidden: torch.Tensor, weight: torch.Tensor, variants: dict | N
 
 def lm_head_chart(study: pd.DataFrame, title: str = "lm_head variants vs BF16 on the same hidden states"):
     """Top-1 agreement and KL per lm_head variant (two panels)."""
-    from plotly.subplots import make_subplots
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     s = study[study["variant"] != "bf16"]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("top-1 agreement with BF16", "KL(bf16 || variant), nats"))

@@ -141,11 +141,11 @@ class ProfileResult:
 
     def summary(self) -> str:
         lines = [
-            f"{self.model} ({self.weights} weights) on {self.device}, {self.backends.label()}, batch {self.batch}, "
-            f"prompt {self.prompt}, decode {self.decode}{' (CUDA graph)' if self.graph else ' (eager)'}",
+            (f"{self.model} ({self.weights} weights) on {self.device}, {self.backends.label()}, batch {self.batch}, "
+             f"prompt {self.prompt}, decode {self.decode}{' (CUDA graph)' if self.graph else ' (eager)'}"),
             f"  load {self.load_s:.2f} s, prefill {self.prefill_ms:.1f} ms, TTFT {self.ttft_ms:.1f} ms",
-            f"  decode {self.step_us:.0f} us/step (p10 {self.step_us_p10:.0f}, p90 {self.step_us_p90:.0f}), "
-            f"{self.tok_s:.1f} tok/s; eager {self.eager_step_us:.0f} us/step",
+            (f"  decode {self.step_us:.0f} us/step (p10 {self.step_us_p10:.0f}, p90 {self.step_us_p90:.0f}), "
+             f"{self.tok_s:.1f} tok/s; eager {self.eager_step_us:.0f} us/step"),
         ]
         if self.peak_mem_gb is not None:
             lines.append(f"  peak GPU memory {self.peak_mem_gb:.1f} GB")
