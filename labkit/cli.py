@@ -58,13 +58,13 @@ def cmd_model_diverge(args) -> int:
     import torch
 
     from .charts import save_figure
-    from .model import get_config, load_checkpoint
+    from .model import get_config
     from .model.diverge import diverge, divergence_chart
+    from .model.loaders import load_weights
     from .runs import create_run, write_json_atomic
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    weights = None if args.weights == "synthetic" else load_checkpoint(args.weights, get_config(args.model),
-                                                                           device=device)
+    weights = load_weights(get_config(args.model), args.weights, seed=args.seed, device=device)
     report = diverge(args.a, args.b, model=args.model, weights=weights, batch=args.batch, seq=args.seq,
                      seed=args.seed, tol=args.tol, device=device)
     with_layer = report.table.assign(layer=report.table["layer"].astype("string").fillna("-"))

@@ -245,3 +245,9 @@ def test_triton_seam_calls_the_kernel_contract(weights, monkeypatch):
     assert ("moe_mxfp4", (6, CFG.hidden), (8, 128, 64), (8, 64, 64), 1.702, 7.0) in calls
     assert ("mxfp4_linear", (1, CFG.hidden), (CFG.vocab, CFG.hidden)) in calls
     assert len([c for c in calls if c[0] == "moe_mxfp4"]) == CFG.layers
+
+
+def test_weights_move_between_devices(weights):
+    moved = weights.to("cpu")
+    assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)
+    assert moved.nbytes() == weights.nbytes()

@@ -7,7 +7,7 @@ from .cache import KVCache
 from .config import PRESETS, ModelConfig, get_config
 from .faults import FAULTS
 from .graph import DecodeRunner
-from .loaders import load_checkpoint
+from .loaders import load_checkpoint, load_weights
 from .model import GptOss
 from .weights import LayerWeights, Weights, synthetic_weights
 
@@ -25,6 +25,7 @@ __all__ = [
     "Weights",
     "get_config",
     "load_checkpoint",
+    "load_weights",
     "resolve_backends",
     "synthetic_weights",
 ]

@@ -22,7 +22,7 @@ import torch
 
 from .backends import Backends
 from .config import ModelConfig, get_config
-from .faults import FAULTS
+from .faults import FAULTS, TORCH_MOE_FAULTS
 from .model import GptOss
 from .weights import Weights, synthetic_weights
 
@@ -189,3 +189,24 @@ def divergence_chart(report: DivergenceReport):
     fig.update_layout(title=report.summary(), xaxis_title="layer", yaxis_title="component",
                       yaxis={"autorange": "reversed"}, xaxis={"type": "category"})
     return fig
+
+
+def fault_table(model: str | ModelConfig = "tiny", *, weights: Weights | None = None, reference: str = "ref",
+                faults=None, tol: float = DEFAULT_TOL, **kw) -> pd.DataFrame:
+    """Inject each fault into the reference variant in turn: where the finder points vs where it should."""
+    base = get_config(model).replace(faults=frozenset())
+    if weights is None:
+        device = kw.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        weights = synthetic_weights(base, seed=kw.get("seed", 0), device=device)
+    rows = []
+    for name in faults or FAULTS:
+        ref = parse_variant(reference)
+        if ref.backends.moe == "triton" and name in TORCH_MOE_FAULTS:
+            f = {"component": "n/a (lives inside the fused kernel; use moe=torch)"}
+        else:
+            faulty = Variant(f"{reference}+{name}", ref.backends, ref.faults | {name})
+            f = diverge(ref, faulty, model=base, weights=weights, tol=tol, **kw).first or {}
+        rows.append({"fault": name, "bug": FAULTS[name].bug, "expected": FAULTS[name].shows_in,
+                     "found_layer": f.get("layer"), "found": f.get("component"), "rel_err": f.get("rel_err"),
+                     "named_right": f.get("component") == FAULTS[name].shows_in})
+    return pd.DataFrame(rows)

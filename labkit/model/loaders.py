@@ -21,7 +21,7 @@ import torch
 from kernels import MX_BLOCK, MXFP4Tensor, from_ggml, from_openai, repack_mxfp4
 
 from .config import ModelConfig
-from .weights import LAYER_NAMES, Weights, expected_shapes, weights_from_named
+from .weights import LAYER_NAMES, Weights, expected_shapes, synthetic_weights, weights_from_named
 
 FORMATS = ("openai", "hf", "gguf")
 
@@ -305,3 +305,10 @@ def load_checkpoint(path: str | Path, config: ModelConfig, *, format: str = "aut
                          f"loader reads it")
     return weights_from_named(config, tensors, where, device=device)
 
+
+
+def load_weights(config: ModelConfig, source: str | Path = "synthetic", *, seed: int = 0, device="cpu") -> Weights:
+    """'synthetic' (seeded random weights generated on the device) or a checkpoint path."""
+    if str(source) == "synthetic":
+        return synthetic_weights(config, seed=seed, device=device)
+    return load_checkpoint(source, config, device=device)

@@ -67,22 +67,29 @@ LmHead = Callable[[torch.Tensor], torch.Tensor]
 
 
 def lm_head_variants(weight: torch.Tensor, roundings=ROUNDINGS, w4a8_rounding: str = "floor") -> dict[str, dict]:
-    """name -> {fn: hidden [N, H] -> fp32 logits, weights, activations, bits}; fp32 reference math throughout."""
-    w = weight.to(torch.float32)
+    """name -> {fn: hidden [N, H] -> fp32 logits, weights, activations, bits}; fp32 reference math throughout.
 
-    def linear(dense_w):
-        return lambda h: h.to(torch.float32) @ dense_w.T
+    Each fn quantizes and dequantizes the weight when called, so only one dense fp32 copy of a 201088-row
+    lm_head exists at a time.
+    """
 
-    out = {"bf16": {"fn": linear(w), "weights": "bf16", "activations": "bf16", "bits": 16.0}}
+    def w4(rounding):
+        return lambda: dequantize_rows(quantize_rows(weight, rounding), torch.float32)
+
+    def linear(dense_w, act=lambda h: h.to(torch.float32)):
+        return lambda h: act(h) @ dense_w().T
+
+    def mxfp8(h):
+        return dequantize_mxfp8(quantize_mxfp8(h.to(torch.float32)))
+
+    out = {"bf16": {"fn": linear(lambda: weight.to(torch.float32)), "weights": "bf16", "activations": "bf16",
+                    "bits": 16.0}}
     for r in roundings:
-        out[f"mxfp4/{r}"] = {"fn": linear(dequantize_rows(quantize_rows(weight, r), torch.float32)),
-                             "weights": f"mxfp4/{r}", "activations": "bf16", "bits": 4.25}
-    out["nvfp4"] = {"fn": linear(dequantize_nvfp4(quantize_nvfp4(weight))), "weights": "nvfp4",
+        out[f"mxfp4/{r}"] = {"fn": linear(w4(r)), "weights": f"mxfp4/{r}", "activations": "bf16", "bits": 4.25}
+    out["nvfp4"] = {"fn": linear(lambda: dequantize_nvfp4(quantize_nvfp4(weight))), "weights": "nvfp4",
                     "activations": "bf16", "bits": 4.5}
-    w4 = dequantize_rows(quantize_rows(weight, w4a8_rounding), torch.float32)
-    out[f"w4a8 mxfp4/{w4a8_rounding}"] = {
-        "fn": lambda h: dequantize_mxfp8(quantize_mxfp8(h.to(torch.float32))) @ w4.T,
-        "weights": f"mxfp4/{w4a8_rounding}", "activations": "mxfp8", "bits": 4.25}
+    out[f"w4a8 mxfp4/{w4a8_rounding}"] = {"fn": linear(w4(w4a8_rounding), mxfp8), "weights": f"mxfp4/{w4a8_rounding}",
+                                          "activations": "mxfp8", "bits": 4.25}
     return out
 
 

@@ -23,11 +23,10 @@ import torch
 from .backends import Backends, resolve_backends
 from .config import ModelConfig, get_config
 from .graph import DecodeRunner
-from .loaders import load_checkpoint
+from .loaders import load_weights
 from .model import GptOss
 from .nvtx_ranges import COMPONENTS, ranges
 from .parity import logit_metrics
-from .weights import synthetic_weights
 
 #: Top-level components of the breakdown (sub-ranges such as moe.mlp1 roll up into their parent).
 TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_head", "sampling", "other")
@@ -210,9 +209,7 @@ def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, se
     """A model with synthetic weights ('synthetic') or a checkpoint path on `device`."""
     cfg = get_config(model)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    w = (synthetic_weights(cfg, seed=seed, device=device) if weights == "synthetic"
-         else load_checkpoint(weights, cfg, device=device))
-    return GptOss(cfg, w, backends)
+    return GptOss(cfg, load_weights(cfg, weights, seed=seed, device=device), backends)
 
 
 @torch.inference_mode()

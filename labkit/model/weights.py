@@ -67,6 +67,12 @@ class Weights:
     def device(self) -> torch.device:
         return self.embedding.device
 
+    def to(self, device) -> Weights:
+        """A copy on another device."""
+        layers = [LayerWeights(**{f.name: getattr(lw, f.name).to(device) for f in fields(LayerWeights)})
+                  for lw in self.layers]
+        return Weights(self.embedding.to(device), layers, self.norm.to(device), self.unembedding.to(device))
+
     def nbytes(self) -> int:
         """Bytes held (MXFP4 experts counted packed)."""
         total = 0
