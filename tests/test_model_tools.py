@@ -214,3 +214,26 @@ def test_cli_diverge_reports_and_exits_1_on_divergence(tmp_path, capsys):
 def test_divergence_chart_marks_the_first_divergence(weights):
     fig = divergence_chart(diverge("ref", "gqa_mod", weights=weights))
     assert len(fig.data) == 2 and fig.data[1].y[0] == "attention"
+
+
+class _Evt:
+    """A torch.profiler FunctionEvent stand-in (GPU profiles cannot be recorded on a CPU)."""
+
+    def __init__(self, name, parent=None, device_us=0.0, cpu_us=0.0, device=torch.autograd.DeviceType.CPU):
+        self.name, self.cpu_parent, self.device_type = name, parent, device
+        self.self_device_time_total, self.self_cpu_time_total = device_us, cpu_us
+
+
+def test_gpu_breakdown_counts_kernels_launched_directly_in_a_range():
+    layer = _Evt("layer.0")
+    moe = _Evt("moe", layer, device_us=30.0, cpu_us=5.0)  # a Triton kernel launched outside any aten op
+    mm = _Evt("aten::mm", _Evt("attention", layer), device_us=10.0, cpu_us=2.0)
+    add = _Evt("aten::add", layer, device_us=2.0)
+    kernel = _Evt("triton_moe_kernel", None, device_us=30.0, device=torch.autograd.DeviceType.CUDA)
+    lm = _Evt("aten::mm", _Evt("lm_head"), device_us=8.0)
+    events = [layer, moe, mm.cpu_parent, mm, add, kernel, lm.cpu_parent, lm]
+    comp = by_component(component_breakdown(events, steps=2, device_time=True)).set_index("component")
+    assert comp.loc["moe", "us"] == 15 and comp.loc["attention", "us"] == 5 and comp.loc["lm_head", "us"] == 4
+    assert comp.loc["other", "us"] == 1 and comp["share"].sum() == pytest.approx(1.0)
+    cpu = by_component(component_breakdown(events)).set_index("component")
+    assert cpu.loc["moe", "us"] == 0 and cpu.loc["attention", "us"] == 2  # markers' own CPU time not charged

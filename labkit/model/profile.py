@@ -56,17 +56,26 @@ def _component_of(evt) -> tuple[str, str]:
 def component_breakdown(events, *, steps: int = 1, device_time: bool = False) -> pd.DataFrame:
     """Time per step charged to each component range from torch.profiler events (prof.events()).
 
-    device_time: charge each op's own device (kernel) time, else its own CPU time. Range markers
-    themselves (and layer.N ranges) are not charged: they are instrumentation, not work.
+    device_time: charge each CPU-side event's own device (kernel) time. torch.profiler links a kernel to the
+    innermost frontend event that launched it: an aten op, or the range itself for kernels launched outside
+    any op (Triton kernels), so range events count too. Kernel events are skipped (counted via their
+    launcher). Without device_time, ops' own CPU time is charged and range markers are not (their own time
+    is instrumentation overhead, not work).
     """
     totals: dict[tuple[str, str], float] = {}
     for evt in events:
-        if evt.name in COMPONENTS or evt.name.startswith("layer.") or evt.name.startswith("ProfilerStep"):
+        if evt.device_type != torch.autograd.DeviceType.CPU:
             continue
-        t = evt.self_device_time_total if device_time else evt.self_cpu_time_total
+        marker = evt.name in COMPONENTS or evt.name.startswith(("layer.", "ProfilerStep"))
+        if device_time:
+            t = evt.self_device_time_total
+        elif marker:
+            continue
+        else:
+            t = evt.self_cpu_time_total
         if t <= 0:
             continue
-        key = _component_of(evt)
+        key = (evt.name.split(".")[0], evt.name) if evt.name in COMPONENTS else _component_of(evt)
         totals[key] = totals.get(key, 0.0) + t
     rows = [{"component": c, "range": r or c, "us": us / steps} for (c, r), us in totals.items()]
     df = pd.DataFrame(rows, columns=["component", "range", "us"])
