@@ -186,7 +186,7 @@ def test_indexing_selects_experts():
 # ---- an implementation nobody here wrote: gguf-py ---------------------------------------------------------
 
 gguf = pytest.importorskip("gguf")
-from gguf import quants as gq  # noqa: E402
+from gguf import quants as gq
 
 
 def _clear_negative_zero(raw: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""The backend seam: the only place the model calls into the lab's kernels.
+
+Two switchable components, each built once per model:
+
+  MoE      "torch"       router top-k/softmax in torch, experts by reference math (labkit.model.moe), eager only
+           "torch-w4a8"  the same with activations rounded through MXFP8 (W4A8 numerics study)
+           "triton"      kernels.route(logits, k) then kernels.moe_mxfp4(x, routing, w1, b1, w2, b2,
+                         alpha=, limit=): graph-capturable
+  lm_head  "bf16"        torch linear on the BF16 weight
+           "mxfp4-torch" weight quantized to MXFP4 at load, dequantized once, torch linear (reference math)
+           "mxfp4"       weight quantized to MXFP4 at load, kernels.mxfp4_linear(h, w)
+
+Kernel functions are imported when a backend is built, so the model imports (and runs its torch backends)
+before the kernels exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels import ROUNDINGS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4
+
+from .config import ModelConfig
+from .faults import TORCH_MOE_FAULTS
+from .moe import TorchRouting, moe_torch, route_torch
+
+MOE_BACKENDS = ("torch", "torch-w4a8", "triton")
+LM_HEAD_BACKENDS = ("bf16", "mxfp4-torch", "mxfp4")
+
+
+@dataclass(frozen=True)
+class Backends:
+    moe: str = "torch"
+    lm_head: str = "bf16"
+    lm_head_rounding: str = "floor"  # scale rule when the lm_head is quantized to MXFP4 at load
+
+    def __post_init__(self):
+        if self.moe not in MOE_BACKENDS:
+            raise ValueError(f"moe backend must be one of {', '.join(MOE_BACKENDS)}, got {self.moe!r}")
+        if self.lm_head not in LM_HEAD_BACKENDS:
+            raise ValueError(f"lm_head backend must be one of {', '.join(LM_HEAD_BACKENDS)}, got {self.lm_head!r}")
+        if self.lm_head_rounding not in ROUNDINGS:
+            raise ValueError(f"lm_head_rounding must be one of {', '.join(ROUNDINGS)}, got {self.lm_head_rounding!r}")
+
+    @property
+    def graph_safe(self) -> bool:
+        """True when a decode step can be captured in a CUDA graph (the torch MoE reads ids on the host)."""
+        return self.moe == "triton"
+
+    def label(self) -> str:
+        rounding = f"/{self.lm_head_rounding}" if self.lm_head != "bf16" else ""
+        return f"moe={self.moe},lm_head={self.lm_head}{rounding}"
+
+
+def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "floor", device=None) -> Backends:
+    """'auto': the lab's kernels on a GPU (moe=triton, lm_head=mxfp4), their torch reference on a CPU
+    (moe=torch, lm_head=mxfp4-torch)."""
+    gpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
+    if moe == "auto":
+        moe = "triton" if gpu else "torch"
+    if lm_head == "auto":
+        lm_head = "mxfp4" if gpu else "mxfp4-torch"
+    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding)
+
+
+def _import_kernel(name: str, backend: str):
+    import kernels
+
+    fn = getattr(kernels, name, None)
+    if fn is None:
+        raise ImportError(f"backend {backend!r} needs kernels.{name}, which this checkout does not have yet; "
+                          f"use the torch backends")
+    return fn
+
+
+# --------------------------------------------------------------------------------------------------------
+# MoE
+
+
+class TorchMoE:
+    """Reference MoE: torch routing, experts dequantized on demand (eager only)."""
+
+    def __init__(self, act_format: str = "bf16"):
+        self.act_format = act_format
+
+    def route(self, logits: torch.Tensor, config: ModelConfig) -> TorchRouting:
+        return route_torch(logits, config)
+
+    def experts(self, x, routing, lw, config, emit=None) -> torch.Tensor:
+        return moe_torch(x, routing, lw, config, act_format=self.act_format, emit=emit)
+
+
+class TritonMoE:
+    """The lab's kernels: kernels.route then kernels.moe_mxfp4 (fused; no per-assignment intermediates)."""
+
+    def __init__(self):
+        self._route = _import_kernel("route", "triton")
+        self._moe = _import_kernel("moe_mxfp4", "triton")
+
+    def route(self, logits: torch.Tensor, config: ModelConfig):
+        return self._route(logits, config.top_k)
+
+    def experts(self, x, routing, lw, config, emit=None) -> torch.Tensor:
+        return self._moe(x, routing, lw.w1, lw.b1, lw.w2, lw.b2, alpha=config.swiglu_alpha, limit=config.swiglu_limit)
+
+
+def make_moe(backends: Backends, config: ModelConfig):
+    torch_only = sorted(config.faults & TORCH_MOE_FAULTS)
+    if backends.moe == "triton":
+        if torch_only:
+            raise ValueError(f"fault(s) {', '.join(torch_only)} live inside the fused MoE kernel; "
+                             f"inject them with moe='torch'")
+        return TritonMoE()
+    return TorchMoE("mxfp8" if backends.moe == "torch-w4a8" else "bf16")
+
+
+# --------------------------------------------------------------------------------------------------------
+# lm_head
+
+
+def quantize_rows(w: torch.Tensor, rounding: str, chunk: int = 8192) -> MXFP4Tensor:
+    """quantize_mxfp4 over row chunks, so a 201088-row lm_head never needs a full fp32 copy."""
+    parts = [quantize_mxfp4(w[i:i + chunk], rounding=rounding) for i in range(0, w.shape[0], chunk)]
+    return MXFP4Tensor(torch.cat([p.blocks for p in parts]), torch.cat([p.scales for p in parts]), "openai",
+                       tuple(w.shape))
+
+
+def dequantize_rows(q: MXFP4Tensor, dtype=torch.bfloat16, chunk: int = 8192) -> torch.Tensor:
+    return torch.cat([dequantize_mxfp4(q[i:i + chunk], dtype) for i in range(0, q.shape[0], chunk)])
+
+
+class Bf16LmHead:
+    def __init__(self, w: torch.Tensor):
+        self.weight = w
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight)
+
+
+class TorchMXFP4LmHead:
+    """MXFP4 numbers, torch math: the MXFP4 weight dequantized once (exact in bf16)."""
+
+    def __init__(self, w: torch.Tensor, rounding: str):
+        self.q = quantize_rows(w, rounding)
+        self.weight = dequantize_rows(self.q, w.dtype)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight)
+
+
+class TritonMXFP4LmHead:
+    """kernels.mxfp4_linear on the MXFP4 weight."""
+
+    def __init__(self, w: torch.Tensor, rounding: str):
+        self._linear = _import_kernel("mxfp4_linear", "mxfp4")
+        self.q = quantize_rows(w, rounding)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return self._linear(h, self.q)
+
+
+def make_lm_head(backends: Backends, weight: torch.Tensor):
+    if backends.lm_head == "bf16":
+        return Bf16LmHead(weight)
+    if backends.lm_head == "mxfp4-torch":
+        return TorchMXFP4LmHead(weight, backends.lm_head_rounding)
+    return TritonMXFP4LmHead(weight, backends.lm_head_rounding)

@@ -1,0 +1,160 @@
+"""GPT-OSS forward pass: prefill and decode over a static KV cache, greedy sampling, instrumented.
+
+Pre-norm blocks: x += attention(norm(x)); x += moe(norm(x)). The residual stream is bf16 (as in OpenAI's
+reference), norms and softmaxes fp32. Every layer and component runs inside a named range
+(labkit.model.nvtx_ranges) and reports its output to hooks, which is how the divergence finder captures
+per-component outputs. A decode step has static shapes and no host sync, so with graph-safe backends it can
+be captured as a CUDA graph (labkit.model.graph).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .attention import attention, kv_head_map
+from .backends import Backends, make_lm_head, make_moe
+from .cache import KVCache
+from .config import ModelConfig
+from .faults import apply_weight_faults
+from .moe import dense_gates
+from .nvtx_ranges import rng
+from .weights import Weights
+
+#: A hook receives (layer or None for model-level outputs, component name, tensor).
+Hook = Callable[[int | None, str, torch.Tensor], None]
+
+
+def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm in fp32 with a learned scale, returned in x's dtype."""
+    xf = x.to(torch.float32)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * scale).to(x.dtype)
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self) -> None:
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class GptOss:
+    """A GPT-OSS model over given weights with switchable MoE and lm_head backends.
+
+    Weight faults in config.faults are applied here (as a buggy loader would have); the caller's weights are
+    not modified, so one Weights object can serve a correct and a faulty model side by side.
+    """
+
+    def __init__(self, config: ModelConfig, weights: Weights, backends: Backends | None = None):
+        self.config = config
+        self.backends = backends or Backends()
+        self.weights = apply_weight_faults(weights, config.faults)
+        self.device = weights.device
+        self.moe = make_moe(self.backends, config)
+        self.lm_head = make_lm_head(self.backends, self.weights.unembedding)
+        self.kv_map = kv_head_map(config).to(self.device)
+        self._hooks: list[Hook] = []
+
+    # ----------------------------------------------------------------------------------------------------
+    # hooks
+
+    def add_hook(self, fn: Hook) -> _HookHandle:
+        """Call fn(layer, component, tensor) for every component output; usable as a context manager."""
+        self._hooks.append(fn)
+        return _HookHandle(self._hooks, fn)
+
+    def _emit(self, layer: int | None, name: str, t: torch.Tensor) -> None:
+        for fn in self._hooks:
+            fn(layer, name, t)
+
+    # ----------------------------------------------------------------------------------------------------
+    # forward
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        return KVCache.create(self.config, batch, max_len, self.device)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache, *, all_logits: bool = False) -> torch.Tensor:
+        """Run tokens [B, T] at the cache's position and advance it by T.
+
+        Returns fp32 logits for the last position [B, V], or for every position [B, T, V] with all_logits.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
+        B, T = tokens.shape
+        if B != cache.batch:
+            raise ValueError(f"tokens have batch {B} but the cache was made for batch {cache.batch}")
+        cache.reserve(T)
+        c, w = self.config, self.weights
+        emit = self._emit if self._hooks else None
+        positions = cache.pos + torch.arange(T, device=tokens.device)
+        with rng("embedding"):
+            x = F.embedding(tokens, w.embedding)
+        if emit:
+            emit(None, "embedding", x)
+        for i, lw in enumerate(w.layers):
+            with rng(f"layer.{i}"):
+                with rng("attention"):
+                    a = attention(rms_norm(x, lw.attn_norm, c.norm_eps), lw, c, i, cache, positions, self.kv_map)
+                if emit:
+                    emit(i, "attention", a)
+                x = x + a
+                with rng("router"):
+                    t = rms_norm(x, lw.mlp_norm, c.norm_eps).reshape(B * T, -1)
+                    routing = self.moe.route(F.linear(t, lw.gate_w, lw.gate_b), c)
+                if emit:
+                    emit(i, "router", dense_gates(routing, c.experts))
+                with rng("moe"):
+                    m = self.moe.experts(t, routing, lw, c, emit=(lambda n, v, i=i: emit(i, n, v)) if emit else None)
+                if emit:
+                    emit(i, "moe", m.view(B, T, -1))
+                x = x + m.view(B, T, -1)
+                if emit:
+                    emit(i, "residual", x)
+        cache.pos.add_(T)
+        if not all_logits:
+            x = x[:, -1:]
+        with rng("final_norm"):
+            h = rms_norm(x, w.norm, c.norm_eps)
+        if emit:
+            emit(None, "final_norm", h)
+        with rng("lm_head"):
+            logits = self.lm_head(h.reshape(-1, c.hidden)).to(torch.float32)
+        logits = logits.view(B, -1, c.vocab)
+        if emit:
+            emit(None, "logits", logits)
+        return logits if all_logits else logits[:, 0]
+
+    def prefill(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits [B, V] after the prompt tokens [B, T]."""
+        return self.forward(tokens, cache)
+
+    def decode_step(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """One greedy step for tokens [B]: (next token ids [B] int64, logits [B, V]). No host sync inside."""
+        logits = self.forward(tokens.view(-1, 1), cache)
+        with rng("sampling"):
+            nxt = logits.argmax(-1)
+        return nxt, logits
+
+    @torch.inference_mode()
+    def generate(self, prompt: torch.Tensor, steps: int, *, cache: KVCache | None = None) -> torch.Tensor:
+        """Greedy continuation of prompt [B, T] by `steps` tokens (eager) -> ids [B, steps]."""
+        prompt = prompt.to(self.device)
+        if prompt.dim() == 1:
+            prompt = prompt[None]
+        cache = cache or self.new_cache(prompt.shape[0], prompt.shape[1] + steps)
+        nxt = self.prefill(prompt, cache).argmax(-1)
+        out = [nxt]
+        for _ in range(steps - 1):
+            nxt, _ = self.decode_step(nxt, cache)
+            out.append(nxt)
+        return torch.stack(out, dim=1)[:, :steps]

@@ -1,0 +1,386 @@
+"""Decode profile of the GPT-OSS model: load, prefill, TTFT, decode tok/s and where decode time goes.
+
+Speed: on a GPU with graph-safe backends each decode step is a CUDA-graph replay timed with CUDA events
+(median of every step, p10/p90 kept), and eager steps are timed too; on a CPU (or with the eager-only torch
+MoE) only eager steps are timed. Breakdown: a few eager decode steps under torch.profiler with the model's
+ranges on; every op's own kernel time (GPU) or own CPU time (CPU) is charged to the innermost enclosing
+component range, so the shares mirror what Nsight shows for the NVTX ranges. The MoE share is stated
+against the seeds' gate: < 10% stop, 10-30% modest, > 30% worthwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .backends import Backends, resolve_backends
+from .config import ModelConfig, get_config
+from .graph import DecodeRunner
+from .loaders import load_weights
+from .model import GptOss
+from .nvtx_ranges import COMPONENTS, ranges
+from .parity import logit_metrics
+
+#: Top-level components of the breakdown (sub-ranges such as moe.mlp1 roll up into their parent).
+TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_head", "sampling", "other")
+#: Relative logits error above which a kernel backend is recorded as incorrect against its torch reference.
+PARITY_TOL = 0.05
+
+
+def moe_verdict(share: float) -> str:
+    """The seeds' gate on the MoE fraction of decode time."""
+    if share < 0.10:
+        return "stop: MoE is under 10% of decode time; a faster MoE kernel cannot pay off"
+    if share <= 0.30:
+        return "modest: MoE is 10-30% of decode time; a faster MoE kernel helps a little"
+    return "worthwhile: MoE is over 30% of decode time; a faster MoE kernel pays off"
+
+
+def _component_of(evt) -> tuple[str, str]:
+    """(top-level component, innermost range) enclosing a profiler event; ('other', '') outside any range."""
+    p = evt.cpu_parent
+    while p is not None:
+        if p.name in COMPONENTS:
+            return p.name.split(".")[0], p.name
+        p = p.cpu_parent
+    return "other", ""
+
+
+def component_breakdown(events, *, steps: int = 1, device_time: bool = False) -> pd.DataFrame:
+    """Time per step charged to each component range from torch.profiler events (prof.events()).
+
+    device_time: charge each CPU-side event's own device (kernel) time. torch.profiler links a kernel to the
+    innermost frontend event that launched it: an aten op, or the range itself for kernels launched outside
+    any op (Triton kernels), so range events count too. Kernel events are skipped (counted via their
+    launcher). Without device_time, ops' own CPU time is charged and range markers are not (their own time
+    is instrumentation overhead, not work).
+    """
+    totals: dict[tuple[str, str], float] = {}
+    for evt in events:
+        if evt.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        marker = evt.name in COMPONENTS or evt.name.startswith(("layer.", "ProfilerStep"))
+        if device_time:
+            t = evt.self_device_time_total
+        elif marker:
+            continue
+        else:
+            t = evt.self_cpu_time_total
+        if t <= 0:
+            continue
+        key = (evt.name.split(".")[0], evt.name) if evt.name in COMPONENTS else _component_of(evt)
+        totals[key] = totals.get(key, 0.0) + t
+    rows = [{"component": c, "range": r or c, "us": us / steps} for (c, r), us in totals.items()]
+    df = pd.DataFrame(rows, columns=["component", "range", "us"])
+    total = df["us"].sum()
+    df["share"] = df["us"] / total if total > 0 else 0.0
+    order = {c: i for i, c in enumerate(TOP_COMPONENTS)}
+    return df.sort_values(["component", "range"], key=lambda s: s.map(order) if s.name == "component" else s,
+                          ignore_index=True)
+
+
+def by_component(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """The breakdown summed per top-level component, in TOP_COMPONENTS order (missing ones as zero)."""
+    g = breakdown.groupby("component")[["us", "share"]].sum()
+    return g.reindex(TOP_COMPONENTS, fill_value=0.0).reset_index()
+
+
+def roofline_estimate(config: ModelConfig, batch: int, context: int, lm_head: str) -> dict | None:
+    """WIRING POINT for labkit.roofline (written in parallel): the floor of one decode step, or None.
+
+    Returns {"components": {name: floor_us}, "floor_us": total, "tokens_per_s": ..., "bytes": ...,
+    "flops": ..., "ceilings": {...}}. None on a CPU (GPU ceilings do not apply) or while labkit.roofline is
+    missing. The call below follows labkit.roofline.model_step and labkit.hardware.measure_ceilings as
+    drafted on the roofline branch; the lead adjusts it at merge if their signatures move.
+    """
+    if not torch.cuda.is_available():
+        return None
+    try:
+        from labkit import hardware, roofline
+    except ImportError:
+        return None
+    ceilings = hardware.measure_ceilings()
+    est = roofline.model_step(config.name, batch=batch, context=context, phase="decode",
+                              mxfp4_lm_head=lm_head in ("mxfp4", "mxfp4-torch"), ceilings=ceilings)
+    total = est.total
+    return {"components": dict(est.component_floor_us), "floor_us": est.floor_ms * 1e3,
+            "tokens_per_s": est.tokens_per_s, "bytes": total.bytes, "flops": total.flops,
+            "ceilings": ceilings.as_meta()}
+
+
+@dataclass
+class ProfileResult:
+    model: str
+    weights: str
+    device: str
+    backends: Backends
+    batch: int
+    prompt: int
+    decode: int
+    graph: bool
+    load_s: float
+    prefill_ms: float
+    ttft_ms: float
+    step_us: float  # median decode step (graph replay where graph, else eager)
+    step_us_p10: float
+    step_us_p90: float
+    eager_step_us: float
+    tok_s: float
+    peak_mem_gb: float | None
+    breakdown: pd.DataFrame
+    moe_share: float
+    verdict: str
+    roofline: dict | None
+    status: str
+    max_rel_err: float | None
+    parity: dict | None
+    generated: list = field(default_factory=list)  # greedy ids of the first sequence
+
+    @property
+    def frac_of_roofline(self) -> float | None:
+        return self.roofline["floor_us"] / self.step_us if self.roofline else None
+
+    def summary(self) -> str:
+        lines = [
+            (f"{self.model} ({self.weights} weights) on {self.device}, {self.backends.label()}, batch {self.batch}, "
+             f"prompt {self.prompt}, decode {self.decode}{' (CUDA graph)' if self.graph else ' (eager)'}"),
+            f"  load {self.load_s:.2f} s, prefill {self.prefill_ms:.1f} ms, TTFT {self.ttft_ms:.1f} ms",
+            (f"  decode {self.step_us:.0f} us/step (p10 {self.step_us_p10:.0f}, p90 {self.step_us_p90:.0f}), "
+             f"{self.tok_s:.1f} tok/s; eager {self.eager_step_us:.0f} us/step"),
+        ]
+        if self.peak_mem_gb is not None:
+            lines.append(f"  peak GPU memory {self.peak_mem_gb:.1f} GB")
+        if self.roofline:
+            lines.append(f"  roofline {self.roofline['tokens_per_s']:.1f} tok/s: measured is "
+                         f"{self.frac_of_roofline:.0%} of it")
+        else:
+            lines.append("  roofline: not available here")
+        for r in by_component(self.breakdown).itertuples():
+            if r.us > 0:
+                lines.append(f"  {r.component:<11} {r.us:10.1f} us/step  {r.share:6.1%}")
+        lines.append(f"  MoE share {self.moe_share:.1%}: {self.verdict}")
+        if self.parity:
+            lines.append(f"  parity vs torch reference: rel. err {self.max_rel_err:.2e}, "
+                         f"top-1 {self.parity['top1_agree']:.0%} -> {self.status}")
+        return "\n".join(lines)
+
+    def point(self) -> dict:
+        """The run's points.parquet row (op decode_step)."""
+        floor = self.roofline["floor_us"] if self.roofline else None
+        return {
+            "op": "decode_step", "variant": self.backends.label(), "config": {
+                "model": self.model, "weights": self.weights, "prompt": self.prompt, "decode": self.decode,
+                "batch": self.batch, "graph": self.graph},
+            "m": self.batch, "n": None, "k": None, "experts": get_config(self.model).experts,
+            "top_k": get_config(self.model).top_k, "routing": "model", "status": self.status, "error": None,
+            "us_graph": self.step_us if self.graph else None,
+            "us_graph_p10": self.step_us_p10 if self.graph else None,
+            "us_graph_p90": self.step_us_p90 if self.graph else None,
+            "us_eager": self.eager_step_us,
+            "bytes": self.roofline["bytes"] if self.roofline else None,
+            "flops": self.roofline["flops"] if self.roofline else None,
+            "floor_us": floor, "frac_of_floor": self.frac_of_roofline,
+            "max_rel_err": self.max_rel_err,
+            "model": self.model, "weights": self.weights, "device": self.device, "prompt": self.prompt,
+            "decode": self.decode, "tok_s": self.tok_s, "prefill_ms": self.prefill_ms, "ttft_ms": self.ttft_ms,
+            "load_s": self.load_s, "peak_mem_gb": self.peak_mem_gb, "moe_share": self.moe_share,
+            "moe_verdict": self.verdict,
+            "roofline_tok_s": self.roofline["tokens_per_s"] if self.roofline else None,
+        }
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("breakdown", "backends")}
+        d["backends"] = asdict(self.backends)
+        d["breakdown"] = self.breakdown.to_dict("records")
+        d["by_component"] = by_component(self.breakdown).to_dict("records")
+        d["frac_of_roofline"] = self.frac_of_roofline
+        return d
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, seed: int = 0, device=None) -> GptOss:
+    """A model with synthetic weights ('synthetic') or a checkpoint path on `device`."""
+    cfg = get_config(model)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return GptOss(cfg, load_weights(cfg, weights, seed=seed, device=device), backends)
+
+
+@torch.inference_mode()
+def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: int = 1, prompt: int = 512,
+                   decode: int = 64, moe: str = "auto", lm_head: str = "auto", rounding: str = "floor",
+                   seed: int = 0, device=None, profile_steps: int = 3, nvtx: bool = False,
+                   check: bool = True) -> ProfileResult:
+    """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time."""
+    for name, v in (("batch", batch), ("prompt", prompt), ("decode", decode), ("profile_steps", profile_steps)):
+        if v < 1:
+            raise ValueError(f"{name} must be at least 1, got {v}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    backends = resolve_backends(moe, lm_head, rounding, device)
+    cfg = get_config(model)
+    gpu = device.type == "cuda"
+    if gpu:
+        torch.cuda.reset_peak_memory_stats(device)
+
+    _sync(device)
+    t0 = time.perf_counter()
+    m = load_model(cfg, weights, backends, seed=seed, device=device)
+    _sync(device)
+    load_s = time.perf_counter() - t0
+
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(0, cfg.vocab, (batch, prompt), generator=g)
+    warmup = 2
+    cache = m.new_cache(batch, prompt + decode + warmup + profile_steps + 2)
+    with ranges(nvtx=True, profiler=False) if nvtx else contextlib.nullcontext():
+        # prefill: one warm-up (compiles kernels), then timed runs from an empty cache
+        m.prefill(prompt_ids.to(device), cache)
+        prefill_ms, ttft_ms = [], []
+        for _ in range(3):
+            cache.reset()
+            _sync(device)
+            t0 = time.perf_counter()
+            logits = m.prefill(prompt_ids.to(device), cache)
+            _sync(device)
+            t1 = time.perf_counter()
+            first = logits.argmax(-1)
+            first_host = first.cpu()
+            t2 = time.perf_counter()
+            prefill_ms.append((t1 - t0) * 1e3)
+            ttft_ms.append((t2 - t0) * 1e3)
+
+        runner = DecodeRunner(m, cache, warmup=warmup)
+        step_us, generated = _time_decode(runner, first, decode, device)
+        cache.reset(prompt)
+        eager = runner if not runner.use_graph else DecodeRunner(m, cache, use_graph=False)
+        eager_us, _ = _time_decode(eager, first, min(decode, 8), device)
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if gpu else None
+
+    cache.reset(prompt)
+    eager = DecodeRunner(m, cache, use_graph=False)
+    eager.tokens.copy_(first)
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+    with ranges(nvtx=nvtx, profiler=True), torch.profiler.profile(activities=activities) as prof:
+        for _ in range(profile_steps):
+            eager.step()
+        _sync(device)
+    breakdown = component_breakdown(prof.events(), steps=profile_steps, device_time=gpu)
+    moe_share = float(breakdown.loc[breakdown["component"] == "moe", "share"].sum())
+
+    status, rel, parity = "ok", None, None
+    reference = Backends(moe="torch-w4a8" if backends.moe == "torch-w4a8" else "torch", lm_head="bf16" if backends.lm_head == "bf16" else "mxfp4-torch",
+                         lm_head_rounding=backends.lm_head_rounding)
+    if check and reference != backends:
+        parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
+        rel = parity["rel_err"]
+        status = "ok" if rel <= PARITY_TOL else "incorrect"
+
+    step_med = statistics.median(step_us)
+    return ProfileResult(
+        model=cfg.name, weights=weights if weights == "synthetic" else str(weights), device=_device_name(device),
+        backends=backends, batch=batch, prompt=prompt, decode=decode, graph=runner.use_graph, load_s=load_s,
+        prefill_ms=statistics.median(prefill_ms), ttft_ms=statistics.median(ttft_ms), step_us=step_med,
+        step_us_p10=_percentile(step_us, 0.1), step_us_p90=_percentile(step_us, 0.9),
+        eager_step_us=statistics.median(eager_us), tok_s=batch * 1e6 / step_med, peak_mem_gb=peak,
+        breakdown=breakdown, moe_share=moe_share, verdict=moe_verdict(moe_share),
+        roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head), status=status,
+        max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated)
+
+
+def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) -> tuple[list[float], list[int]]:
+    """Per-step times (us) of `steps` decode steps after `first`, and the first sequence's ids."""
+    runner.tokens.copy_(first.view(-1))
+    if runner.use_graph:
+        runner.capture()
+    out = torch.empty(steps, runner.cache.batch, dtype=torch.int64, device=runner.model.device)
+    cuda = device.type == "cuda"
+    marks = []
+    for i in range(steps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            runner.step()
+            end.record()
+            marks.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            runner.step()
+            marks.append((time.perf_counter() - t0) * 1e6)
+        out[i].copy_(runner.tokens)
+    if cuda:
+        torch.cuda.synchronize(device)
+    times = [s.elapsed_time(e) * 1e3 for s, e in marks] if cuda else marks
+    return times, out[:, 0].tolist()
+
+
+def _parity_check(model: GptOss, reference: Backends, tokens: torch.Tensor) -> dict:
+    """Logits of the profiled backends vs their torch reference (same weights, same numbers) on a short prompt."""
+    ref = GptOss(model.config, model.weights, reference)
+    t = tokens.to(model.device)
+    a = ref.forward(t, ref.new_cache(*t.shape), all_logits=True)
+    b = model.forward(t, model.new_cache(*t.shape), all_logits=True)
+    del ref
+    return logit_metrics(a, b)
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Storing and charting
+
+
+def breakdown_chart(result: ProfileResult):
+    """Measured time per decode step of each component next to its roofline floor (when known)."""
+    import plotly.graph_objects as go
+
+    comp = by_component(result.breakdown)
+    comp = comp[comp["us"] > 0]
+    unit = "GPU kernel" if result.device != "cpu" else "CPU op"
+    fig = go.Figure(go.Bar(x=comp["component"], y=comp["us"], name=f"measured ({unit} time)",
+                           text=comp["share"].map(lambda s: f"{s:.0%}"), textposition="outside"))
+    if result.roofline:
+        floors = result.roofline["components"]
+        names = list(dict.fromkeys([*comp["component"], *floors]))
+        fig.add_trace(go.Bar(x=names, y=[floors.get(n) for n in names], name="roofline floor"))
+    fig.update_layout(barmode="group", yaxis_title="us per decode step",
+                      title=f"{result.model} decode, {result.backends.label()}, batch {result.batch}: "
+                            f"MoE {result.moe_share:.0%} ({result.verdict.split(':')[0]})")
+    return fig
+
+
+def store_profile(result: ProfileResult, out: str | Path | None = None, command: str | None = None) -> Path:
+    """A run folder with the decode_step point, profile.json (breakdown included) and the chart."""
+    from ..charts import save_figure
+    from ..results import PointStore
+    from ..runs import create_run, write_json_atomic
+
+    params = {k: v for k, v in result.to_json().items() if k in ("model", "weights", "batch", "prompt", "decode",
+                                                                   "backends", "graph")}
+    ceilings = result.roofline.get("ceilings") if result.roofline else None
+    run = create_run(f"model-profile-{result.model}", parameters=params, out=out, command=command, ceilings=ceilings)
+    PointStore(run.path).append(result.point())
+    write_json_atomic(run.path / "profile.json", result.to_json())
+    save_figure(breakdown_chart(result), run.path, "decode_breakdown")
+    run.finish()
+    return run.path
+
+
+def load_profile(run_dir: str | Path) -> dict:
+    return json.loads((Path(run_dir) / "profile.json").read_text())

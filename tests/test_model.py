@@ -1,0 +1,253 @@
+"""The GPT-OSS model on the tiny preset (CPU, torch backends): math, cache, weights, backend seam."""
+
+import math
+
+import fake_kernels
+import pytest
+import torch
+
+import kernels
+from kernels import dequantize_mxfp4, reference_moe
+from labkit.model import Backends, DecodeRunner, GptOss, get_config, synthetic_weights
+from labkit.model.attention import kv_head_map
+from labkit.model.moe import moe_torch, route_torch
+from labkit.model.rope import apply_rope, yarn_frequencies
+from labkit.model.weights import random_mxfp4, synthetic_scale_byte
+
+CFG = get_config("tiny")
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return synthetic_weights(CFG, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(weights):
+    return GptOss(CFG, weights)
+
+
+def tokens(b=2, t=12, seed=0):
+    return torch.randint(0, CFG.vocab, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------------------------------- config
+
+
+def test_presets_match_published_shapes():
+    for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)):
+        c = get_config(name)
+        assert (c.layers, c.experts, c.top_k, c.hidden, c.intermediate) == (layers, experts, 4, 2880, 2880)
+        assert (c.q_heads, c.kv_heads, c.head_dim, c.vocab, c.sliding_window) == (64, 8, 64, 201088, 128)
+        assert c.group == 8 and c.window(0) == 128 and c.window(1) == 0
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="model must be one of gpt-oss-20b, gpt-oss-120b, tiny"):
+        get_config("gpt-oss-7b")
+    with pytest.raises(ValueError, match="hidden=48 must be a multiple of 32"):
+        get_config("tiny", hidden=48)
+    with pytest.raises(ValueError, match="q_heads=8 must be a multiple of kv_heads=3"):
+        get_config("tiny", kv_heads=3)
+    with pytest.raises(ValueError, match="unknown fault.*nope.*known faults: gqa_mod"):
+        get_config("tiny", faults={"nope"})
+    with pytest.raises(ValueError, match="moe backend must be one of torch, torch-w4a8, triton"):
+        Backends(moe="cuda")
+
+
+# ---------------------------------------------------------------------------------------------------- weights
+
+
+def test_synthetic_weights_are_deterministic_by_seed():
+    a, b, c = (synthetic_weights(CFG.replace(layers=1), seed=s) for s in (1, 1, 2))
+    assert torch.equal(a.layers[0].w1.blocks, b.layers[0].w1.blocks) and torch.equal(a.embedding, b.embedding)
+    assert not torch.equal(a.layers[0].w1.blocks, c.layers[0].w1.blocks)
+
+
+def test_synthetic_experts_have_unit_gain_at_full_size():
+    assert synthetic_scale_byte(2880) == 119  # |w| ~ 0.02: 2^-8 * E2M1 values
+    q = random_mxfp4((2, 64, 2880), seed=0, name="w", device="cpu")  # a slice of a full-size expert
+    rms = dequantize_mxfp4(q).pow(2).mean().sqrt().item()
+    assert 0.6 / math.sqrt(2880) < rms < 1.4 / math.sqrt(2880)
+    assert set(q.scales.unique().tolist()) == {118, 119, 120}
+
+
+def test_activations_stay_bounded_through_36_layers():
+    cfg = CFG.replace(layers=36)
+    m = GptOss(cfg, synthetic_weights(cfg, seed=1))
+    rms = {}
+    with m.add_hook(lambda layer, name, t: rms.__setitem__((layer, name), t.float().pow(2).mean().sqrt().item())):
+        logits = m.forward(tokens(1, 16), m.new_cache(1, 16), all_logits=True)
+    assert torch.isfinite(logits).all()
+    resid = [rms[(i, "residual")] for i in range(36)]
+    assert 0.5 < resid[0] and resid[-1] < 20, resid  # grows like sqrt(depth), no explosion
+    assert all(0.05 < rms[(i, "moe")] < 5 for i in range(36))
+
+
+# ---------------------------------------------------------------------------------------------------- math
+
+
+def test_yarn_frequencies_follow_the_published_rule():
+    inv, conc = yarn_frequencies(get_config("gpt-oss-120b"))
+    assert conc == pytest.approx(0.1 * math.log(32) + 1)
+    assert inv[0].item() == pytest.approx(1.0)  # highest frequency kept (extrapolated)
+    assert inv[-1].item() == pytest.approx(1 / (32 * 150000 ** (62 / 64)), rel=1e-5)  # lowest interpolated
+    assert torch.all(inv[1:] < inv[:-1])
+
+
+def test_rope_half_split_is_relative():
+    """q.k after RoPE depends only on the distance between positions; pairs are (i, i + d/2)."""
+    cfg = CFG
+    from labkit.model.rope import rope_tables
+
+    cos, sin = rope_tables(cfg, 64, "cpu")
+    q, k = torch.randn(2, 1, 1, cfg.head_dim, dtype=torch.float64).float().unbind(0)
+
+    def dot(pq, pk):
+        rq = apply_rope(q[None], cos[pq:pq + 1], sin[pq:pq + 1])
+        rk = apply_rope(k[None], cos[pk:pk + 1], sin[pk:pk + 1])
+        return (rq * rk).sum().item()
+
+    assert dot(10, 3) == pytest.approx(dot(40, 33), rel=1e-4)
+    x = torch.zeros(1, 1, 1, cfg.head_dim)
+    x[..., 0] = 1.0  # dimension 0 rotates into dimension d/2 under the half split
+    y = apply_rope(x, cos[5:6], sin[5:6])
+    assert y[..., cfg.head_dim // 2].abs().item() > 0 and y[..., 1].item() == 0
+    y = apply_rope(x, cos[5:6], sin[5:6], pairs="consecutive")
+    assert y[..., 1].abs().item() > 0 and y[..., cfg.head_dim // 2].item() == 0
+
+
+def test_gqa_maps_query_head_to_kv_head_by_division():
+    assert kv_head_map(CFG).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert kv_head_map(CFG.with_faults("gqa_mod")).tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert kv_head_map(get_config("gpt-oss-20b")).tolist()[7:9] == [0, 1]
+
+
+def test_torch_moe_equals_the_kernels_reference(weights):
+    lw = weights.layers[1]
+    x = torch.randn(7, CFG.hidden).bfloat16()
+    logits = torch.randn(7, CFG.experts)
+    r = route_torch(logits, CFG)
+    ours = moe_torch(x, r, lw, CFG)
+    ref = reference_moe(x, (r.ids, r.weights), lw.w1, lw.b1, lw.w2, lw.b2)
+    assert torch.equal(ours, ref.bfloat16())
+
+
+def test_sliding_window_and_full_layers():
+    """Layer 0 (window 8) at position 12 cannot see token 0; layer 1 (full) can."""
+    cfg = CFG.replace(layers=2)
+    m = GptOss(cfg, synthetic_weights(cfg, seed=2))
+    a, b = {}, {}
+    for first, cap in ((3, a), (200, b)):
+        t = tokens(1, 13)
+        t[0, 0] = first
+        with m.add_hook(lambda layer, name, v, cap=cap: cap.__setitem__((layer, name), v.clone())):
+            m.forward(t, m.new_cache(1, 13), all_logits=True)
+    assert torch.equal(a[(0, "attention")][0, 12], b[(0, "attention")][0, 12])
+    assert not torch.equal(a[(0, "attention")][0, 7], b[(0, "attention")][0, 7])
+    assert not torch.equal(a[(1, "attention")][0, 12], b[(1, "attention")][0, 12])
+
+
+def test_sinks_take_attention_mass(weights):
+    """Raising every sink logit shrinks every head's attention output toward zero."""
+    import dataclasses
+
+    big = dataclasses.replace(weights, layers=[dataclasses.replace(lw, sinks=lw.sinks + 20) for lw in weights.layers])
+    cap = {}
+    for name, w in (("base", weights), ("big", big)):
+        m = GptOss(CFG, w)
+        with m.add_hook(lambda layer, comp, v, name=name: cap.__setitem__((name, layer, comp), v.clone())):
+            m.forward(tokens(1, 6), m.new_cache(1, 6), all_logits=True)
+    out_b = big.layers[0].out_b.float()
+    assert (cap[("big", 0, "attention")].float() - out_b).abs().max() < 1e-3
+    assert (cap[("base", 0, "attention")].float() - out_b).abs().max() > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------------- cache
+
+
+def test_incremental_decode_matches_full_prefill(model):
+    t = tokens(2, 12)
+    full = model.forward(t, model.new_cache(2, 16), all_logits=True)
+    cache = model.new_cache(2, 16)
+    model.prefill(t[:, :5], cache)
+    steps = torch.stack([model.forward(t[:, i:i + 1], cache) for i in range(5, 12)], dim=1)
+    torch.testing.assert_close(steps, full[:, 5:], atol=2e-2, rtol=0)
+    assert cache.length == 12 and cache.pos.item() == 12
+
+
+def test_batch_rows_are_independent(model):
+    t = tokens(2, 10)
+    both = model.generate(t, 5)
+    one = model.generate(t[1:], 5)
+    assert torch.equal(both[1:], one)
+
+
+def test_cache_capacity_is_checked_on_the_host(model):
+    cache = model.new_cache(1, 8)
+    model.prefill(tokens(1, 6), cache)
+    with pytest.raises(ValueError, match="KV cache full: 6 \\+ 3 positions exceed max_len=8"):
+        model.prefill(tokens(1, 3), cache)
+
+
+def test_decode_runner_eager_matches_generate(model):
+    t = tokens(2, 8)
+    expect = model.generate(t, 6)
+    cache = model.new_cache(2, 16)
+    first = model.prefill(t, cache).argmax(-1)
+    runner = DecodeRunner(model, cache)
+    assert not runner.use_graph
+    got = runner.run(first, 5)
+    assert torch.equal(torch.cat([first[:, None], got], 1), expect)
+
+
+# ---------------------------------------------------------------------------------------------------- backends
+
+
+def test_mxfp4_lm_head_torch_backend_is_close_to_bf16(weights):
+    t = tokens(1, 8)
+    ref = GptOss(CFG, weights).forward(t, GptOss(CFG, weights).new_cache(1, 8), all_logits=True)
+    m = GptOss(CFG, weights, Backends(lm_head="mxfp4-torch", lm_head_rounding="even"))
+    got = m.forward(t, m.new_cache(1, 8), all_logits=True)
+    assert not torch.equal(got, ref)
+    assert ((got - ref).norm() / ref.norm()).item() < 0.2
+
+
+def test_w4a8_moe_backend_runs_and_differs_slightly(weights):
+    t = tokens(1, 8)
+    ref = GptOss(CFG, weights).forward(t, GptOss(CFG, weights).new_cache(1, 8), all_logits=True)
+    m = GptOss(CFG, weights, Backends(moe="torch-w4a8"))
+    got = m.forward(t, m.new_cache(1, 8), all_logits=True)
+    assert 0 < ((got - ref).norm() / ref.norm()).item() < 0.1
+
+
+@pytest.mark.skipif(hasattr(kernels, "moe_mxfp4"), reason="kernels.moe_mxfp4 exists")
+def test_triton_backend_says_which_kernel_is_missing(weights):
+    with pytest.raises(ImportError, match="needs kernels.route"):
+        GptOss(CFG, weights, Backends(moe="triton"))
+
+
+def test_torch_only_faults_are_refused_with_the_triton_moe(weights):
+    with pytest.raises(ValueError, match="swiglu_no_plus1 live inside the fused MoE kernel"):
+        GptOss(CFG.with_faults("swiglu_no_plus1"), weights, Backends(moe="triton"))
+
+
+def test_triton_seam_calls_the_kernel_contract(weights, monkeypatch):
+    """Stand-in kernels with the contract's signatures (reference math) receive exactly the model's tensors."""
+    calls = fake_kernels.install(monkeypatch)
+    t = tokens(1, 6)
+    ref_model = GptOss(CFG, weights, Backends(moe="torch", lm_head="mxfp4-torch"))
+    ref = ref_model.forward(t, ref_model.new_cache(1, 6))
+    m = GptOss(CFG, weights, Backends(moe="triton", lm_head="mxfp4"))
+    got = m.forward(t, m.new_cache(1, 6))
+    torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2)
+    assert ("route", (6, CFG.experts), CFG.top_k) in calls
+    assert ("moe_mxfp4", (6, CFG.hidden), (8, 128, 64), (8, 64, 64), 1.702, 7.0) in calls
+    assert ("mxfp4_linear", (1, CFG.hidden), (CFG.vocab, CFG.hidden)) in calls
+    assert len([c for c in calls if c[0] == "moe_mxfp4"]) == CFG.layers
+
+
+def test_weights_move_between_devices(weights):
+    moved = weights.to("cpu")
+    assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)
+    assert moved.nbytes() == weights.nbytes()

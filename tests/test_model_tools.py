@@ -1,0 +1,239 @@
+"""Model instrumentation on the tiny preset: NVTX/profiler ranges, decode profile, parity, divergence finder."""
+
+import json
+
+import fake_kernels
+import pandas as pd
+import pytest
+import torch
+
+from labkit.cli import main
+from labkit.model import FAULTS, Backends, GptOss, get_config, nvtx_ranges, synthetic_weights
+from labkit.model.diverge import capture, diverge, divergence_chart, parse_variant
+from labkit.model.parity import final_hidden, lm_head_chart, lm_head_study, logit_metrics, model_parity
+from labkit.model.profile import by_component, component_breakdown, moe_verdict, profile_decode
+
+CFG = get_config("tiny")
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return synthetic_weights(CFG, seed=0)
+
+
+def toks(t=12):
+    return torch.randint(0, CFG.vocab, (1, t), generator=torch.Generator().manual_seed(0))
+
+
+# ---------------------------------------------------------------------------------------------------- ranges
+
+
+def test_ranges_cost_nothing_when_disabled():
+    assert not nvtx_ranges.enabled()
+    assert nvtx_ranges.rng("moe") is nvtx_ranges.rng("attention")  # one shared no-op context
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, nvtx_ranges.rng("moe"):
+        torch.ones(4).sum()
+    assert "moe" not in {e.name for e in prof.events()}
+
+
+def test_ranges_reach_the_profiler_and_nvtx(weights):
+    m = GptOss(CFG.replace(layers=2), synthetic_weights(CFG.replace(layers=2)))
+    with nvtx_ranges.ranges(nvtx=True, profiler=True), \
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        m.generate(toks(6), 2)
+    names = {e.name for e in prof.events()}
+    assert {"embedding", "layer.0", "layer.1", "attention", "router", "moe", "moe.mlp1", "moe.mlp2", "final_norm",
+            "lm_head", "sampling"} <= names
+    assert not nvtx_ranges.enabled()  # restored
+
+
+def test_breakdown_charges_ops_to_the_innermost_component():
+    with nvtx_ranges.ranges(nvtx=False), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        with nvtx_ranges.rng("layer.0"), nvtx_ranges.rng("moe"):
+            with nvtx_ranges.rng("moe.mlp1"):
+                torch.randn(64, 64) @ torch.randn(64, 64)
+            torch.randn(8).sum()
+        torch.randn(8).sum()
+    df = component_breakdown(p.events(), steps=2)
+    assert set(df["range"]) == {"moe", "moe.mlp1", "other"}
+    comp = by_component(df).set_index("component")
+    assert comp.loc["moe", "share"] + comp.loc["other", "share"] == pytest.approx(1.0)
+    assert comp.loc["attention", "us"] == 0
+
+
+def test_moe_verdict_follows_the_seeds_gate():
+    assert moe_verdict(0.05).startswith("stop")
+    assert moe_verdict(0.2).startswith("modest")
+    assert moe_verdict(0.45).startswith("worthwhile")
+
+
+# ---------------------------------------------------------------------------------------------------- profile
+
+
+def test_profile_on_cpu_measures_and_breaks_down_decode():
+    r = profile_decode("tiny", prompt=8, decode=3, profile_steps=2)
+    assert not r.graph and r.device == "cpu" and r.backends == Backends(moe="torch", lm_head="mxfp4-torch")
+    assert r.step_us > 0 and r.tok_s == pytest.approx(1e6 / r.step_us) and r.ttft_ms >= r.prefill_ms > 0
+    comp = by_component(r.breakdown).set_index("component")
+    assert comp["share"].sum() == pytest.approx(1.0)
+    assert comp.loc["moe", "us"] > 0 and comp.loc["attention", "us"] > 0 and comp.loc["lm_head", "us"] > 0
+    assert r.moe_share == pytest.approx(comp.loc["moe", "share"])
+    assert len(r.generated) == 4 and r.roofline is None and r.status == "ok"
+    assert r.parity is None and r.max_rel_err is None  # the torch reference itself: nothing to check
+
+
+def test_profile_checks_kernel_backends_against_their_reference(monkeypatch):
+    fake_kernels.install(monkeypatch)
+    r = profile_decode("tiny", prompt=8, decode=2, profile_steps=1, moe="triton", lm_head="mxfp4")
+    assert r.backends == Backends(moe="triton", lm_head="mxfp4") and not r.graph  # no GPU: eager
+    assert r.status == "ok" and r.max_rel_err < 0.05 and r.parity["top1_agree"] > 0.9
+    assert r.point()["status"] == "ok" and r.point()["variant"] == "moe=triton,lm_head=mxfp4/floor"
+
+
+def test_cli_profile_stores_a_decode_step_run(tmp_path, capsys):
+    assert main(["model", "profile", "--model", "tiny", "--prompt", "8", "--decode", "4", "--out",
+                 str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "MoE share" in out and "tok/s" in out
+    run = tmp_path / "run"
+    pts = pd.read_parquet(run / "points.parquet")
+    assert pts["op"].tolist() == ["decode_step"] and pts["status"].tolist() == ["ok"]
+    assert pts["us_eager"].iloc[0] > 0 and pts["m"].iloc[0] == 1 and pts["experts"].iloc[0] == CFG.experts
+    prof = json.loads((run / "profile.json").read_text())
+    assert {r["component"] for r in prof["by_component"]} >= {"attention", "moe", "lm_head"}
+    assert (run / "decode_breakdown.html").exists()
+    assert json.loads((run / "meta.json").read_text())["finished"]
+
+
+def test_cli_model_errors_exit_2(capsys):
+    assert main(["model", "profile", "--decode", "0"]) == 2
+    assert "labkit model profile: error: decode must be at least 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------- parity
+
+
+def test_logit_metrics():
+    a = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]])
+    m = logit_metrics(a, a)
+    assert m["top1_agree"] == 1 and m["kl"] == pytest.approx(0, abs=1e-12) and m["max_logit_err"] == 0
+    b = torch.tensor([[0.0, 3.0, 2.0], [3.0, 0.0, 0.0]])
+    m = logit_metrics(a, b)
+    assert m["top1_agree"] == 0.5 and m["kl"] > 0 and m["max_logit_err"] == 2
+
+
+def test_model_parity_reports_per_layer_errors(weights):
+    ref = GptOss(CFG, weights)
+    same = model_parity(ref, GptOss(CFG, weights), toks())
+    assert same.logits["top1_agree"] == 1 and same.per_component["rel_err"].max() == 0
+    w4a8 = model_parity(ref, GptOss(CFG, weights, Backends(moe="torch-w4a8")), toks())
+    per_layer = w4a8.per_layer()
+    assert list(per_layer.index) == [0, 1, 2, 3] and (per_layer["moe"] > 0).all()
+    assert (per_layer["attention"].iloc[0] == 0)  # layer 0 attention runs before any MoE
+    assert 0 < w4a8.logits["kl"] < 0.1
+
+
+def test_lm_head_study_ranks_formats(weights):
+    h = final_hidden(GptOss(CFG, weights), toks(16))
+    assert h.shape == (16, CFG.hidden)
+    study = lm_head_study(h, weights.unembedding).set_index("variant")
+    assert set(study.index) == {"bf16", "mxfp4/floor", "mxfp4/ceil", "mxfp4/rceil", "mxfp4/even", "nvfp4",
+                                "w4a8 mxfp4/floor"}
+    assert study.loc["bf16", "kl"] == pytest.approx(0, abs=1e-12) and study.loc["bf16", "top1_agree"] == 1
+    for v in study.index.drop("bf16"):
+        assert 0 < study.loc[v, "kl"] < 0.5 and study.loc[v, "max_logit_err"] > 0
+    assert study.loc["w4a8 mxfp4/floor", "rel_err"] > study.loc["mxfp4/floor", "rel_err"]  # activations add error
+    assert study.loc["nvfp4", "rel_err"] < study.loc["mxfp4/floor", "rel_err"]  # finer blocks, finer scales
+    lm_head_chart(study.reset_index())
+
+
+# ---------------------------------------------------------------------------------------------------- diverge
+
+
+def test_variant_specs():
+    v = parse_variant("kernels,sinks_dropped")
+    assert v.backends == Backends(moe="triton", lm_head="mxfp4") and v.faults == {"sinks_dropped"}
+    v = parse_variant("moe=torch-w4a8,lm_head=mxfp4-torch,rounding=even,faults=gqa_mod+rope_pairs")
+    assert v.backends == Backends("torch-w4a8", "mxfp4-torch", "even") and v.faults == {"gqa_mod", "rope_pairs"}
+    with pytest.raises(ValueError, match="unknown setting 'kv'"):
+        parse_variant("kv=fp8")
+    with pytest.raises(ValueError, match="lm_head backend must be one of"):
+        parse_variant("lm_head=fp8")
+
+
+def test_capture_covers_every_component(weights):
+    cap = capture(GptOss(CFG, weights), toks(5))
+    keys = cap.keys()
+    assert keys[0] == (None, "embedding") and keys[-2:] == [(None, "final_norm"), (None, "logits")]
+    per_layer = [c for (layer, c) in keys if layer == 0]
+    assert per_layer == ["attention", "router", "moe.mlp1", "moe.mlp2", "moe", "residual"]
+    assert cap.outputs[(0, "router")].shape == (5, CFG.experts)
+    assert cap.outputs[(0, "moe.mlp1")].shape == (5, CFG.top_k, CFG.intermediate)
+
+
+def test_no_fault_no_divergence(weights):
+    r = diverge("ref", "ref", weights=weights)
+    assert r.first is None and r.table["rel_err"].max() == 0
+    assert "no divergence" in r.summary()
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_finder_names_the_faulty_component(weights, fault):
+    r = diverge("ref", fault, weights=weights)
+    assert r.first is not None, r.summary()
+    assert (r.first["layer"], r.first["component"]) == (0, FAULTS[fault].shows_in), r.summary()
+    # everything that ran before it agrees exactly
+    before = r.table[r.table["step"] < r.first["step"]]
+    assert (before["rel_err"] == 0).all()
+
+
+def test_finder_on_a_later_layer_only_fault(weights):
+    """A bug confined to one layer's weights is found at that layer."""
+    import dataclasses
+
+    bad = dataclasses.replace(weights, layers=list(weights.layers))
+    bad.layers[2] = dataclasses.replace(bad.layers[2], sinks=bad.layers[2].sinks * 0 - 30)
+    a, b = capture(GptOss(CFG, weights), toks()), capture(GptOss(CFG, bad), toks())
+    from labkit.model.diverge import compare, first_divergence
+
+    first = first_divergence(compare(a, b))
+    assert (first["layer"], first["component"]) == (2, "attention")
+
+
+def test_cli_diverge_reports_and_exits_1_on_divergence(tmp_path, capsys):
+    assert main(["model", "diverge", "ref", "ref", "--seq", "6", "--out", str(tmp_path / "same")]) == 0
+    assert "no divergence" in capsys.readouterr().out
+    assert main(["model", "diverge", "ref", "scale_bias_128", "--seq", "6", "--out", str(tmp_path / "d")]) == 1
+    out = capsys.readouterr().out
+    assert "first divergence at layer 0, component moe.mlp1" in out
+    assert (tmp_path / "d" / "divergence.html").exists() and (tmp_path / "d" / "divergence.csv").exists()
+    first = json.loads((tmp_path / "d" / "divergence.json").read_text())["first"]
+    assert first["component"] == "moe.mlp1" and first["layer"] == 0
+
+
+def test_divergence_chart_marks_the_first_divergence(weights):
+    fig = divergence_chart(diverge("ref", "gqa_mod", weights=weights))
+    assert len(fig.data) == 2 and fig.data[1].y[0] == "attention"
+
+
+class _Evt:
+    """A torch.profiler FunctionEvent stand-in (GPU profiles cannot be recorded on a CPU)."""
+
+    def __init__(self, name, parent=None, device_us=0.0, cpu_us=0.0, device=torch.autograd.DeviceType.CPU):
+        self.name, self.cpu_parent, self.device_type = name, parent, device
+        self.self_device_time_total, self.self_cpu_time_total = device_us, cpu_us
+
+
+def test_gpu_breakdown_counts_kernels_launched_directly_in_a_range():
+    layer = _Evt("layer.0")
+    moe = _Evt("moe", layer, device_us=30.0, cpu_us=5.0)  # a Triton kernel launched outside any aten op
+    mm = _Evt("aten::mm", _Evt("attention", layer), device_us=10.0, cpu_us=2.0)
+    add = _Evt("aten::add", layer, device_us=2.0)
+    kernel = _Evt("triton_moe_kernel", None, device_us=30.0, device=torch.autograd.DeviceType.CUDA)
+    lm = _Evt("aten::mm", _Evt("lm_head"), device_us=8.0)
+    events = [layer, moe, mm.cpu_parent, mm, add, kernel, lm.cpu_parent, lm]
+    comp = by_component(component_breakdown(events, steps=2, device_time=True)).set_index("component")
+    assert comp.loc["moe", "us"] == 15 and comp.loc["attention", "us"] == 5 and comp.loc["lm_head", "us"] == 4
+    assert comp.loc["other", "us"] == 1 and comp["share"].sum() == pytest.approx(1.0)
+    cpu = by_component(component_breakdown(events)).set_index("component")
+    assert cpu.loc["moe", "us"] == 0 and cpu.loc["attention", "us"] == 2  # markers' own CPU time not charged
