@@ -131,7 +131,7 @@ def test_generators_report_load_balance():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(MOE))
 def test_graph_capture_replays_new_routing_contents(name, layer):
-    w1, b1, w2, b2 = (t.cuda() for t in layer)
+    w1, b1, w2, b2 = (t.to("cuda") for t in layer)
     T = 9
     x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
     logits = torch.randn(T, E, device="cuda")

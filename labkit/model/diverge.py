@@ -93,7 +93,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """||b - a|| / ||a|| in float64 (inf for mismatched shapes, 0 when both are zero)."""
     if a.shape != b.shape:
         return math.inf
-    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    a64, b64 = a.to(torch.float64), b.to(a.device, torch.float64)
     den = a64.norm().item()
     num = (b64 - a64).norm().item()
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
