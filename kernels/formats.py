@@ -225,6 +225,12 @@ class MXFP4Tensor:
     def to(self, device) -> MXFP4Tensor:
         return MXFP4Tensor(self.blocks.to(device), self.scales.to(device), self.layout, self.shape)
 
+    def cpu(self) -> MXFP4Tensor:
+        return self.to("cpu")
+
+    def cuda(self) -> MXFP4Tensor:
+        return self.to("cuda")
+
     def __getitem__(self, idx) -> MXFP4Tensor:
         """Index the leading (non-K) dimensions, e.g. w[e] for one expert of a stacked [E, N, K] weight."""
         blocks, scales = self.blocks[idx], self.scales[idx]

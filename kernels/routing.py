@@ -13,8 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ._triton import tl, triton
 from .formats import _check_tensor
 from .reference import topk_softmax
+
+#: up to this many tokens route() runs as one fused Triton program (top-k, softmax, counting sort);
+#: beyond it, torch's top-k and sort kernels (several launches, still no host sync).
+FUSED_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,68 @@ def _bookkeeping(ids: torch.Tensor, weights: torch.Tensor, E: int) -> Routing:
     return Routing(ids, weights, counts, offsets, order, inverse, E)
 
 
+@triton.jit
+def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
+                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program: top-K per token (descending, lowest index on ties), softmax over the K, and a counting
+    sort of the T*K slots by expert (stable: the sort key is expert * S_pad + slot)."""
+    rt = tl.arange(0, BLOCK_T)
+    re = tl.arange(0, BLOCK_E)
+    rj = tl.arange(0, KP)
+    tm = rt < T
+    lg = tl.load(logits_ptr + rt[:, None] * stride_t + re[None, :], mask=tm[:, None] & (re < E)[None, :],
+                 other=float("-inf")).to(tl.float32)
+    ids = tl.zeros((BLOCK_T, KP), tl.int32)
+    vals = tl.full((BLOCK_T, KP), float("-inf"), tl.float32)
+    for j in tl.static_range(K):
+        m = tl.max(lg, axis=1)
+        a = tl.argmax(lg, axis=1, tie_break_left=True).to(tl.int32)
+        ids = tl.where(rj[None, :] == j, a[:, None], ids)
+        vals = tl.where(rj[None, :] == j, m[:, None], vals)
+        lg = tl.where(re[None, :] == a[:, None], float("-inf"), lg)
+    ex = tl.where(rj[None, :] < K, tl.exp(vals - tl.max(vals, axis=1)[:, None]), 0.0)
+    w = ex / tl.sum(ex, axis=1)[:, None]
+    jm = tm[:, None] & (rj < K)[None, :]
+    tl.store(ids_ptr + rt[:, None] * K + rj[None, :], ids, mask=jm)
+    tl.store(w_ptr + rt[:, None] * K + rj[None, :], w, mask=jm)
+    S_PAD: tl.constexpr = BLOCK_T * KP
+    slot = rt[:, None] * K + rj[None, :]
+    key = tl.where(jm, ids * S_PAD + slot, 2147483647)
+    key = tl.sort(tl.reshape(key, (S_PAD,)))
+    flat_ids = tl.reshape(tl.where(jm, ids, 0), (S_PAD,))
+    counts = tl.histogram(flat_ids, BLOCK_E, mask=tl.reshape(jm, (S_PAD,)))
+    em = re < E
+    tl.store(counts_ptr + re, counts, mask=em)
+    tl.store(offs_ptr + 1 + re, tl.cumsum(counts, 0), mask=em)
+    tl.store(offs_ptr + re, 0, mask=re == 0)
+    rp = tl.arange(0, S_PAD)
+    valid = key != 2147483647
+    s_sorted = key % S_PAD
+    tl.store(sorted_ptr + rp, s_sorted, mask=valid)
+    tl.store(inv_ptr + s_sorted, rp, mask=valid)
+
+
+def _route_fused(logits: torch.Tensor, k: int) -> Routing:
+    T, E = logits.shape
+    dev = logits.device
+    i32 = dict(device=dev, dtype=torch.int32)
+    ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
+    counts, offs = torch.empty(E, **i32), torch.empty(E + 1, **i32)
+    srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
+    _route_fused_kernel[(1,)](logits, ids, w, counts, offs, srt, inv, T, E, logits.stride(0), K=k,
+                              KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
+                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=4)
+    return Routing(ids, w, counts, offs, srt, inv, E)
+
+
 def route(logits: torch.Tensor, k: int) -> Routing:
     """GPT-OSS routing: top-k of router logits [T, E] (descending), softmax over the k, then bookkeeping.
 
-    Fixed launch shapes and no host reads: safe to capture in a CUDA graph.
+    Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_MAX_TOKENS tokens
+    it is a single Triton program; beyond that torch's top-k and sort kernels.
     """
+    if 0 < logits.shape[0] <= FUSED_MAX_TOKENS and logits.dim() == 2 and 1 <= k <= logits.shape[1] <= 1024:
+        _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
+        return _route_fused(logits.contiguous(), k)
     ids, weights = topk_softmax(logits, k)
     return _bookkeeping(ids, weights, logits.shape[1])

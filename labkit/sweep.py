@@ -210,8 +210,10 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     if spec["op"] == "moe" and spec.get("route"):
         from . import bench_moe
 
-        for model in {c.model for c in cases}:
-            for t in sorted({c.tokens for c in cases if c.model == model}):
+        models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
+        tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
+        for model in models:
+            for t in tokens:
                 row = bench_moe.measure_route(model, t)
                 if point_key(row) not in done:
                     store.append(row)

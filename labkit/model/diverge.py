@@ -105,7 +105,7 @@ def compare(a: Capture, b: Capture) -> pd.DataFrame:
     for step, key in enumerate(a.keys()):
         if key not in b.outputs:
             continue
-        ta, tb = a.outputs[key], b.outputs[key]
+        ta, tb = a.outputs[key], b.outputs[key].to(a.outputs[key].device)  # the two runs may sit on two devices
         layer, comp = key
         same_shape = ta.shape == tb.shape
         rows.append({
