@@ -4,15 +4,13 @@ LINEAR_TABLE rows are (max_m, variant, config), first row whose max_m >= M wins.
 rules reject the problem (for example a weight whose scale bytes fall outside a fast decode's exact range),
 the FALLBACK entries, which are exact for every input, are used instead.
 
-SOURCE names the run the table was derived from ("heuristic" until a GPU sweep replaced it; labkit
-regenerates this file from a run folder).
+The heuristic rows below are used for what no measured table covers; measured tables (per shape, plus a
+default) live in kernels/tables_measured.py, written from a run folder by `labkit table write`.
 """
 
 from __future__ import annotations
 
 from .variants import get_variant
-
-SOURCE = "heuristic (no GPU measurement yet)"
 
 LINEAR_TABLE = [
     (1, "gemv", {"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4}),
@@ -34,6 +32,20 @@ LINEAR_FALLBACK = [
 ]
 
 
+try:  # tables derived from a GPU run by labkit.tables (absent until one was written)
+    from . import tables_measured as _measured
+except ImportError:  # pragma: no cover
+    _measured = None
+
+
+def _keyed(name: str, key: tuple) -> list:
+    """The measured rows for this shape (or the measured default), if any."""
+    tables = getattr(_measured, name, None) if _measured else None
+    if not tables:
+        return []
+    return tables.get(key) or tables.get("default") or []
+
+
 def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
     m = problem["m"]
     for table in tables:
@@ -47,10 +59,13 @@ def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
 
 
 def pick_linear(problem: dict) -> tuple[str, dict]:
-    """(variant, config) for a linear problem {m, n, k, scale_min, scale_max} from the host-side table."""
-    return _pick("linear", (LINEAR_TABLE, LINEAR_FALLBACK), problem)
+    """(variant, config) for a linear problem {m, n, k, scale_min, scale_max}: the measured table for this
+    (N, K) (or the measured default), else the heuristic table, then the exact fallbacks."""
+    measured = _keyed("LINEAR_TABLES", (problem["n"], problem["k"]))
+    return _pick("linear", [t for t in (measured, LINEAR_TABLE, LINEAR_FALLBACK) if t], problem)
 
 
 def pick_moe(problem: dict) -> tuple[str, dict]:
-    """(variant, config) for a MoE problem {m (= tokens), experts, top_k, ...} from the host-side table."""
-    return _pick("moe", (MOE_TABLE, MOE_FALLBACK), problem)
+    """(variant, config) for a MoE problem {m (= tokens), experts, n (= 2I), k (= H), ...}, as pick_linear."""
+    measured = _keyed("MOE_TABLES", (problem["experts"], problem["n"], problem["k"]))
+    return _pick("moe", [t for t in (measured, MOE_TABLE, MOE_FALLBACK) if t], problem)

@@ -247,6 +247,31 @@ def _add_model_parser(sub) -> None:
     p.set_defaults(func=cmd_model_diverge)
 
 
+def cmd_table(args) -> int:
+    """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
+    from .tables import derive_tables, regret, write_tables
+
+    if args.table_command == "write":
+        if not args.linear and not args.moe:
+            raise ValueError("give --linear RUN and/or --moe RUN")
+        lin = derive_tables(args.linear, "linear") if args.linear else None
+        moe = derive_tables(args.moe, "moe", routing=args.routing) if args.moe else None
+        sources = {k: str(v) for k, v in (("linear", args.linear), ("moe", args.moe)) if v}
+        print(f"wrote {write_tables(lin, moe, sources)}")
+        return 0
+    if args.tables_from:
+        tables = derive_tables(args.tables_from, args.op, routing=args.routing)
+    else:
+        import kernels.tables_measured as tm
+
+        tables = tm.LINEAR_TABLES if args.op == "linear" else tm.MOE_TABLES
+    df = regret(args.run, tables, args.op)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    by = "routing" if args.op == "moe" else "shape"
+    print("\nregret by " + by + ":\n" + df.groupby(by)["regret"].describe()[["count", "mean", "max"]].to_string())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -297,6 +322,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run folder")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_best)
+
+    p = sub.add_parser("table", help="variant='auto' tables: derive them from runs, or report their regret")
+    tsub = p.add_subparsers(dest="table_command", metavar="TABLE_COMMAND", required=True)
+    t = tsub.add_parser("write", help="derive tables from runs and write kernels/tables_measured.py")
+    t.add_argument("--linear", metavar="RUN", help="run folder with linear points")
+    t.add_argument("--moe", metavar="RUN", help="run folder with moe_layer points")
+    t.add_argument("--routing", default="uniform", help="routing the MoE tables are fitted to (default uniform)")
+    t.set_defaults(func=cmd_table)
+    t = tsub.add_parser("regret", help="auto's time over the best time, per measured point of a run")
+    t.add_argument("run")
+    t.add_argument("--op", choices=("linear", "moe"), default="linear")
+    t.add_argument("--tables-from", metavar="RUN", help="derive the tables from this run instead of the package's")
+    t.add_argument("--routing", default="uniform")
+    t.set_defaults(func=cmd_table)
 
     p = sub.add_parser("roofline", help="floor of a GPT-OSS decode or prefill step on a GPU, per component")
     p.add_argument("--gpu", help="datasheet GPU (e.g. h100-sxm, gb10) or 'auto' for this machine's GPU")

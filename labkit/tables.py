@@ -1,0 +1,133 @@
+"""Derive the host-side `variant="auto"` tables from a measured run, report their regret, write them to the package.
+
+A table maps token-count buckets to one (variant, config); the bucket of a measured count m covers the
+counts above the previous measured count up to m. Auto knows on the host the token count and the weight
+shapes (not the routing), so there is one table per measured problem shape, keyed (N, K) for linears and
+(experts, 2I, H) for MoE (rows: the fastest config at each count, MoE under the `uniform` routing), plus a
+"default" table for shapes never measured: at each count, the candidate measured on every problem with the
+smallest worst-case regret.
+
+Regret of a table on a run: for every measured problem, the time of the config auto picks there over the
+best time measured for that problem (1.0 = auto is the best; NaN = auto's pick was not measured there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pprint
+from pathlib import Path
+
+import pandas as pd
+
+from .results import BASELINES, read_runs
+
+TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
+
+
+def _problem_cols(op: str) -> list[str]:
+    return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
+
+
+def _points(run_dir, op: str) -> pd.DataFrame:
+    df = read_runs([run_dir])
+    point_op = "linear" if op == "linear" else "moe_layer"
+    df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
+    if df.empty:
+        raise ValueError(f"{run_dir} has no ok {point_op} points")
+    df["t"] = df["us_graph"].fillna(df["us_eager"])
+    if "shape" not in df.columns:
+        df["shape"] = ""
+    if "model" not in df.columns:
+        df["model"] = ""
+    return df
+
+
+def shape_key(op: str, row) -> tuple:
+    """The host-known shape a table is keyed by: (N, K) for a linear, (experts, 2I, H) for a MoE layer."""
+    return (int(row["n"]), int(row["k"])) if op == "linear" else (int(row["experts"]), int(row["n"]), int(row["k"]))
+
+
+def derive_tables(run_dir, op: str = "linear", routing: str = "uniform") -> dict:
+    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe'); MoE rows come from `routing` points."""
+    df = _points(run_dir, op)
+    if op == "moe":
+        df = df[df["routing"] == routing]
+    tables = {"default": derive_table(run_dir, op, routing)}
+    for _, g in df.groupby(["n", "k"] if op == "linear" else ["experts", "n", "k"]):
+        best = g.loc[g.groupby("m")["t"].idxmin()].sort_values("m")
+        ms = list(best["m"])
+        tables[shape_key(op, best.iloc[0])] = [
+            (int(m) if i < len(ms) - 1 else (1 << 62), r["variant"], json.loads(r["config"]))
+            for i, (m, (_, r)) in enumerate(zip(ms, best.iterrows()))]
+    return tables
+
+
+def pick(tables: dict, op: str, problem_row) -> tuple[str, dict]:
+    """The (variant, config) a keyed table set gives for a problem (shape key first, then default)."""
+    rows = tables.get(shape_key(op, problem_row), tables["default"])
+    row = next((r for r in rows if problem_row["m"] <= r[0]), rows[-1])
+    return row[1], row[2]
+
+
+def derive_table(run_dir, op: str = "linear", routing: str = "uniform") -> list[tuple[int, str, dict]]:
+    """The shape-agnostic [(max_m, variant, config)] for `op` from a run (MoE rows from `routing` points)."""
+    df = _points(run_dir, op)
+    if op == "moe":
+        df = df[df["routing"] == routing]
+        if df.empty:
+            raise ValueError(f"{run_dir} has no MoE points with routing {routing!r}")
+    pcols = _problem_cols(op)
+    df["best"] = df.groupby(pcols + ["m"])["t"].transform("min")
+    df["regret"] = df["t"] / df["best"]
+    rows = []
+    ms = sorted(df["m"].unique())
+    for i, m in enumerate(ms):
+        at = df[df["m"] == m]
+        n_problems = at.groupby(pcols).ngroups
+        cand = at.groupby(["variant", "config"]).agg(worst=("regret", "max"), mean=("regret", "mean"),
+                                                      problems=("regret", "size")).reset_index()
+        cand = cand[cand["problems"] == n_problems].sort_values(["worst", "mean"])
+        if cand.empty:
+            continue
+        top = cand.iloc[0]
+        max_m = int(m) if i < len(ms) - 1 else (1 << 62)
+        rows.append((max_m, top["variant"], json.loads(top["config"])))
+    return rows
+
+
+def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
+    """Per measured problem: auto's pick from `tables` and its time over the best time of that problem."""
+    df = _points(run_dir, op)
+    pcols = _problem_cols(op)
+    out = []
+    for key, g in df.groupby(pcols + ["m"]):
+        variant, cfg_d = pick(tables, op, g.iloc[0])
+        cfg = json.dumps(cfg_d, sort_keys=True)
+        picked = g[(g["variant"] == variant) & (g["config"].map(lambda c: _same_config(c, cfg_d)))]
+        best = g["t"].min()
+        out.append({**dict(zip(pcols + ["m"], key)), "auto_variant": variant, "auto_config": cfg,
+                    "best_variant": g.loc[g["t"].idxmin(), "variant"], "best_us": best,
+                    "auto_us": picked["t"].min() if len(picked) else math.nan,
+                    "regret": picked["t"].min() / best if len(picked) else math.nan})
+    return pd.DataFrame(out)
+
+
+def _same_config(stored: str, cfg: dict) -> bool:
+    """A stored point config (full, defaults included) matches a table config (possibly partial)."""
+    s = json.loads(stored)
+    return all(s.get(k) == v for k, v in cfg.items())
+
+
+def write_tables(linear: dict | None, moe: dict | None, sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:
+    """Write kernels/tables_measured.py: the keyed tables as Python data plus the runs they came from."""
+    lines = ['"""Measured variant="auto" tables, written by labkit.tables.write_tables; do not edit by hand.',
+             "", "Keys: a shape ((N, K) linear, (experts, 2I, H) MoE) or \"default\"; rows: (max tokens, variant,",
+             "config). SOURCES names the run each table set was derived from.", '"""', "",
+             f"SOURCES = {pprint.pformat(sources, width=110)}", ""]
+    if linear:
+        lines += [f"LINEAR_TABLES = {pprint.pformat(linear, width=110, sort_dicts=True)}", ""]
+    if moe:
+        lines += [f"MOE_TABLES = {pprint.pformat(moe, width=110, sort_dicts=True)}", ""]
+    path.write_text("\n".join(lines))
+    return path

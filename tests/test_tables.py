@@ -1,0 +1,49 @@
+"""variant='auto' tables: derived from runs, keyed by shape with a default, and their regret."""
+
+import kernels as K
+from kernels.tables import pick_linear, pick_moe
+from labkit.results import PointStore
+from labkit.runs import create_run
+from labkit.tables import derive_tables, regret, write_tables
+
+
+def _run(tmp_path, points):
+    run = create_run("t", out=tmp_path / "run")
+    PointStore(run.path).append(points)
+    return run.path
+
+
+def _pt(shape, n, m, variant, us, cfg=None):
+    return {"op": "linear", "variant": variant, "config": cfg or {"BLOCK_N": 64}, "m": m, "n": n, "k": 64,
+            "shape": shape, "status": "ok", "us_graph": us}
+
+
+def test_tables_pick_the_fastest_per_shape_and_minimax_by_default(tmp_path):
+    pts = [_pt("a", 128, 1, "gemv", 10), _pt("a", 128, 1, "gemv_h2", 8), _pt("b", 256, 1, "gemv", 10),
+           _pt("b", 256, 1, "gemv_h2", 30), _pt("a", 128, 8, "dot_scaled", 5), _pt("b", 256, 8, "dot_scaled", 6)]
+    run = _run(tmp_path, pts)
+    t = derive_tables(run, "linear")
+    assert t[(128, 64)][0][:2] == (1, "gemv_h2") and t[(256, 64)][0][:2] == (1, "gemv")
+    # default: gemv's worst regret (10/8 = 1.25) beats gemv_h2's (30/10 = 3)
+    assert t["default"][0][:2] == (1, "gemv") and t["default"][-1][1] == "dot_scaled"
+    r = regret(run, t, "linear")
+    assert (r["regret"] == 1.0).all() and len(r) == 4
+    r = regret(run, {"default": t["default"]}, "linear")
+    assert sorted(r["regret"].round(3).tolist()) == [1.0, 1.0, 1.0, 1.25]
+    path = write_tables(t, None, {"linear": str(run)}, path=tmp_path / "tables_measured.py")
+    ns = {}
+    exec(path.read_text(), ns)
+    assert ns["LINEAR_TABLES"] == t and ns["SOURCES"]["linear"] == str(run)
+
+
+def test_package_tables_come_from_committed_h100_runs():
+    import kernels.tables_measured as tm
+
+    assert "linear_gptoss" in tm.SOURCES["linear"] and "moe_gptoss" in tm.SOURCES["moe"]
+    p = K.prepare_mxfp4(K.quantize_mxfp4(K.dequantize_mxfp4(K.quantize_mxfp4(__import__("torch").randn(8, 64)))))
+    lm_head = {"m": 1, "n": 201088, "k": 2880, "scale_min": 118, "scale_max": 124}
+    assert pick_linear(lm_head)[0] == tm.LINEAR_TABLES[(201088, 2880)][0][1]
+    moe = {"m": 4096, "tokens": 4096, "experts": 128, "n": 5760, "k": 2880, "top_k": 4, "scale_min": 118,
+           "scale_max": 124}
+    assert pick_moe(moe)[0] == "moe_tc"
+    assert p.scale_min >= 0  # the helper above builds a real prepared weight (sanity of imports)
