@@ -33,7 +33,6 @@ from .variants import (
     get_variant,
     register,
     rule_block_k_multiple_of_32,
-    rule_max,
     rule_pow2,
     rule_scale_window,
 )

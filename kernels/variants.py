@@ -125,15 +125,3 @@ def rule_scale_window(lo: int, hi: int):
         return None
 
     return rule
-
-
-def rule_max(param_or_problem_key: str, limit_param: str):
-    """problem[key] must not exceed cfg[limit_param] (e.g. tokens handled inside one program)."""
-
-    def rule(cfg, problem):
-        v, lim = problem.get(param_or_problem_key), cfg.get(limit_param)
-        if v is not None and lim is not None and v > lim:
-            return f"{param_or_problem_key}={v} exceeds {limit_param}={lim}"
-        return None
-
-    return rule

@@ -121,13 +121,13 @@ class MoEBench:
         n = 1 if not ON_GPU else max(1, math.ceil(4 * l2_bytes() / max(touched, 1)))
         x = torch.randn(case.tokens, self.H, device=device()).to(torch.bfloat16)
         calls = []
+        cfg = dict(case.config)
         for c in range(n):
             ids = sample.ids.to(device()) if c == 0 else _relabel(sample.ids.to(device()), self.E, seed=c)
             r = Routing.from_ids(ids, sample.weights.to(device()), self.E, validate=False)
             if case.variant == "torch_bf16":
                 calls.append(lambda r=r: self.torch_bf16(x, r))
             else:
-                cfg = dict(case.config)
                 calls.append(lambda r=r: moe_mxfp4(x, r, self.w1, self.b1, self.w2, self.b2, variant=case.variant,
                                                    **cfg))
         return calls, n * touched

@@ -44,7 +44,7 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
     r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
-    dw = [w.to(device) if isinstance(w, K.MXFP4Tensor) else w.to(device) for w in (w1, b1, w2, b2)]
+    dw = [w.to(device) for w in (w1, b1, w2, b2)]
     cfgs = MOE[name].configs(moe_problem(tokens, r, K.prepare_mxfp4(dw[0]), K.prepare_mxfp4(dw[2])))
     for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2]]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)

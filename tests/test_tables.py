@@ -1,6 +1,5 @@
 """variant='auto' tables: derived from runs, keyed by shape with a default, and their regret."""
 
-import kernels as K
 from kernels.tables import pick_linear, pick_moe
 from labkit.results import PointStore
 from labkit.runs import create_run
@@ -40,10 +39,8 @@ def test_package_tables_come_from_committed_h100_runs():
     import kernels.tables_measured as tm
 
     assert "linear_gptoss" in tm.SOURCES["linear"] and "moe_gptoss" in tm.SOURCES["moe"]
-    p = K.prepare_mxfp4(K.quantize_mxfp4(K.dequantize_mxfp4(K.quantize_mxfp4(__import__("torch").randn(8, 64)))))
     lm_head = {"m": 1, "n": 201088, "k": 2880, "scale_min": 118, "scale_max": 124}
     assert pick_linear(lm_head)[0] == tm.LINEAR_TABLES[(201088, 2880)][0][1]
     moe = {"m": 4096, "tokens": 4096, "experts": 128, "n": 5760, "k": 2880, "top_k": 4, "scale_min": 118,
            "scale_max": 124}
     assert pick_moe(moe)[0] == "moe_tc"
-    assert p.scale_min >= 0  # the helper above builds a real prepared weight (sanity of imports)
