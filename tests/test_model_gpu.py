@@ -77,3 +77,44 @@ def test_full_size_synthetic_decode_profile(model):
     assert r.graph and r.status == "ok", r.summary()
     assert r.peak_mem_gb < torch.cuda.get_device_properties(0).total_memory / 1e9
     assert r.moe_share > 0 and r.tok_s > 0
+
+
+@needs_kernels
+def test_profiler_charges_triton_kernels_to_their_range():
+    """A Triton GEMV inside rng("lm_head") must be charged to lm_head by component_breakdown.
+
+    On failure the message lists every profiler event with device time and its enclosing ranges, which is
+    what the decode profile's per-component shares are built from.
+    """
+    import kernels as K
+    from labkit.model.nvtx_ranges import ranges, rng
+    from labkit.model.profile import component_breakdown
+
+    w = K.quantize_mxfp4(torch.randn(201088 // 8, 2880, device="cuda"))
+    x = torch.randn(1, 2880, device="cuda").to(torch.bfloat16)
+    K.mxfp4_linear(x, w)
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with ranges(nvtx=False, profiler=True), torch.profiler.profile(activities=acts) as prof:
+        with rng("attention"):
+            (x.float() @ torch.randn(2880, 2880, device="cuda")).sum()
+        with rng("lm_head"):
+            K.mxfp4_linear(x, w)
+        torch.cuda.synchronize()
+    events = prof.events()
+    b = component_breakdown(events, steps=1, device_time=True)
+    kernel_us = sum(e.device_time_total for e in events if e.device_type != torch.autograd.DeviceType.CPU
+                    and "gemv" in e.name or "dot_scaled" in e.name or "_mma" in e.name)
+    lm = float(b.loc[b["component"] == "lm_head", "us"].sum())
+
+    def chain(e):
+        names, p = [], e.cpu_parent
+        while p is not None:
+            names.append(p.name)
+            p = p.cpu_parent
+        return ">".join(names)
+
+    diag = "\n".join(f"{e.name[:40]:40s} {str(e.device_type):22s} self_dev={e.self_device_time_total:9.1f} "
+                     f"dev={e.device_time_total:9.1f} parents={chain(e)}" for e in events
+                     if e.device_time_total > 0 or "aunch" in e.name)
+    assert kernel_us > 0 and lm >= 0.5 * kernel_us, f"lm_head charged {lm:.1f} us of {kernel_us:.1f}\n{b}\n{diag}"
