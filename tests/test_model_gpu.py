@@ -104,7 +104,7 @@ def test_profiler_charges_triton_kernels_to_their_range():
     events = prof.events()
     b = component_breakdown(events, steps=1, device_time=True)
     kernel_us = sum(e.device_time_total for e in events if e.device_type != torch.autograd.DeviceType.CPU
-                    and "gemv" in e.name or "dot_scaled" in e.name or "_mma" in e.name)
+                    and any(s in e.name for s in ("gemv", "dot_scaled", "_mma", "_tc16")))
     lm = float(b.loc[b["component"] == "lm_head", "us"].sum())
 
     def chain(e):
