@@ -164,4 +164,4 @@ def test_timing_sanity_bigger_is_slower():
     ts = time_calls([lambda: small.sum()], reps=20)
     tb = time_calls([lambda: big.sum()], reps=20)
     assert ts["timing"] == "cuda_graph" and ts["us_graph_p10"] <= ts["us_graph"] <= ts["us_graph_p90"]
-    assert tb["us_graph"] > 4 * ts["us_graph"]
+    assert tb["us_graph"] > 2 * ts["us_graph"]  # 64x the bytes; the small sum is mostly fixed cost

@@ -95,7 +95,7 @@ def test_profiler_charges_triton_kernels_to_their_range():
     K.mxfp4_linear(x, w)
     torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with ranges(nvtx=False, profiler=True), torch.profiler.profile(activities=acts) as prof:
+    with ranges(nvtx=False, profiler=True, sync=True), torch.profiler.profile(activities=acts) as prof:
         with rng("attention"):
             (x.float() @ torch.randn(2880, 2880, device="cuda")).sum()
         with rng("lm_head"):

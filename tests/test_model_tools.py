@@ -216,24 +216,37 @@ def test_divergence_chart_marks_the_first_divergence(weights):
     assert len(fig.data) == 2 and fig.data[1].y[0] == "attention"
 
 
+class _Span:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def elapsed_us(self):
+        return self.end - self.start
+
+
 class _Evt:
     """A torch.profiler FunctionEvent stand-in (GPU profiles cannot be recorded on a CPU)."""
 
-    def __init__(self, name, parent=None, device_us=0.0, cpu_us=0.0, device=torch.autograd.DeviceType.CPU):
+    def __init__(self, name, parent=None, start=0.0, end=0.0, cpu_us=0.0, device=torch.autograd.DeviceType.CPU):
         self.name, self.cpu_parent, self.device_type = name, parent, device
-        self.self_device_time_total, self.self_cpu_time_total = device_us, cpu_us
+        self.time_range = _Span(start, end)
+        self.self_cpu_time_total = cpu_us
 
 
-def test_gpu_breakdown_counts_kernels_launched_directly_in_a_range():
-    layer = _Evt("layer.0")
-    moe = _Evt("moe", layer, device_us=30.0, cpu_us=5.0)  # a Triton kernel launched outside any aten op
-    mm = _Evt("aten::mm", _Evt("attention", layer), device_us=10.0, cpu_us=2.0)
-    add = _Evt("aten::add", layer, device_us=2.0)
-    kernel = _Evt("triton_moe_kernel", None, device_us=30.0, device=torch.autograd.DeviceType.CUDA)
-    lm = _Evt("aten::mm", _Evt("lm_head"), device_us=8.0)
-    events = [layer, moe, mm.cpu_parent, mm, add, kernel, lm.cpu_parent, lm]
+def test_gpu_breakdown_charges_kernels_to_the_innermost_range_window():
+    cuda = torch.autograd.DeviceType.CUDA
+    layer = _Evt("layer.0", start=0, end=100)
+    attn = _Evt("attention", layer, start=1, end=20)
+    moe = _Evt("moe", layer, start=21, end=90)
+    mm = _Evt("aten::mm", attn, start=2, end=3, cpu_us=2.0)
+    events = [layer, attn, moe, mm,
+              _Evt("gemm_kernel", start=5, end=15, device=cuda),  # aten kernel inside the attention window
+              _Evt("_moe_gemv_kernel", start=30, end=60, device=cuda),  # a Triton kernel: no launch link
+              _Evt("moe", start=25, end=95, device=cuda),  # the GPU-side copy of the range: not work
+              _Evt("_combine_kernel", start=91, end=93, device=cuda),  # in layer.0 but in no component range
+              _Evt("lm_head", start=120, end=150), _Evt("_gemv_h2_kernel", start=125, end=135, device=cuda)]
     comp = by_component(component_breakdown(events, steps=2, device_time=True)).set_index("component")
-    assert comp.loc["moe", "us"] == 15 and comp.loc["attention", "us"] == 5 and comp.loc["lm_head", "us"] == 4
+    assert comp.loc["attention", "us"] == 5 and comp.loc["moe", "us"] == 15 and comp.loc["lm_head", "us"] == 5
     assert comp.loc["other", "us"] == 1 and comp["share"].sum() == pytest.approx(1.0)
     cpu = by_component(component_breakdown(events)).set_index("component")
     assert cpu.loc["moe", "us"] == 0 and cpu.loc["attention", "us"] == 2  # markers' own CPU time not charged

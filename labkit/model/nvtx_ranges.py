@@ -22,6 +22,7 @@ _NULL = contextlib.nullcontext()
 _ENABLED = False
 _domain = None  # nvtx Domain while NVTX ranges are on
 _torch = False  # mirror ranges as torch.profiler record_function
+_sync = False  # synchronize the GPU at range boundaries (profiling pass: a range's kernels run inside its window)
 _attrs: dict[str, object] = {}
 
 
@@ -33,6 +34,8 @@ class _Range:
         self._rf = None
 
     def __enter__(self):
+        if _sync:
+            torch.cuda.synchronize()
         if _domain is not None:
             attrs = _attrs.get(self.name)
             if attrs is None:
@@ -44,6 +47,8 @@ class _Range:
         return self
 
     def __exit__(self, *exc):
+        if _sync:
+            torch.cuda.synchronize()
         if self._rf is not None:
             self._rf.__exit__(*exc)
             self._rf = None
@@ -59,9 +64,13 @@ def rng(name: str):
     return _Range(name)
 
 
-def enable(*, nvtx: bool = True, profiler: bool = True) -> None:
-    """Turn ranges on: NVTX pushes in the "mxfp4lab" domain and/or torch.profiler record_functions."""
-    global _ENABLED, _domain, _torch
+def enable(*, nvtx: bool = True, profiler: bool = True, sync: bool = False) -> None:
+    """Turn ranges on: NVTX pushes in the "mxfp4lab" domain and/or torch.profiler record_functions.
+
+    sync=True synchronizes the GPU at every range boundary: only for profiling passes that attribute kernels
+    to ranges by time window (torch.profiler cannot link Triton's driver-API launches to their range).
+    """
+    global _ENABLED, _domain, _torch, _sync
     if nvtx:
         import nvtx as _nvtx
 
@@ -69,12 +78,13 @@ def enable(*, nvtx: bool = True, profiler: bool = True) -> None:
     else:
         _domain = None
     _torch = profiler
+    _sync = bool(sync) and torch.cuda.is_available()
     _ENABLED = _domain is not None or _torch
 
 
 def disable() -> None:
-    global _ENABLED, _domain, _torch
-    _ENABLED, _domain, _torch = False, None, False
+    global _ENABLED, _domain, _torch, _sync
+    _ENABLED, _domain, _torch, _sync = False, None, False, False
 
 
 def enabled() -> bool:
@@ -82,10 +92,10 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def ranges(*, nvtx: bool = True, profiler: bool = True):
+def ranges(*, nvtx: bool = True, profiler: bool = True, sync: bool = False):
     """Enable ranges inside a with-block, restoring the previous state after."""
-    prev = (_ENABLED, _domain, _torch)
-    enable(nvtx=nvtx, profiler=profiler)
+    prev = (_ENABLED, _domain, _torch, _sync)
+    enable(nvtx=nvtx, profiler=profiler, sync=sync)
     try:
         yield
     finally:
@@ -93,5 +103,5 @@ def ranges(*, nvtx: bool = True, profiler: bool = True):
 
 
 def _restore(state) -> None:
-    global _ENABLED, _domain, _torch
-    _ENABLED, _domain, _torch = state
+    global _ENABLED, _domain, _torch, _sync
+    _ENABLED, _domain, _torch, _sync = state

@@ -25,7 +25,7 @@ from .model import GptOss
 def logit_metrics(ref: torch.Tensor, test: torch.Tensor) -> dict:
     """Top-1 agreement, mean KL(ref || test) in nats, max |logit error| and relative error over [..., V]."""
     r = ref.reshape(-1, ref.shape[-1]).to(torch.float64)
-    t = test.reshape(-1, test.shape[-1]).to(torch.float64)
+    t = test.reshape(-1, test.shape[-1]).to(ref.device, torch.float64)  # the two runs may be on two devices
     lp_r, lp_t = torch.log_softmax(r, -1), torch.log_softmax(t, -1)
     kl = (lp_r.exp() * (lp_r - lp_t)).sum(-1)
     return {

@@ -58,27 +58,37 @@ def _component_of(evt) -> tuple[str, str]:
 def component_breakdown(events, *, steps: int = 1, device_time: bool = False) -> pd.DataFrame:
     """Time per step charged to each component range from torch.profiler events (prof.events()).
 
-    device_time: charge each CPU-side event's own device (kernel) time. torch.profiler links a kernel to the
-    innermost frontend event that launched it: an aten op, or the range itself for kernels launched outside
-    any op (Triton kernels), so range events count too. Kernel events are skipped (counted via their
-    launcher). Without device_time, ops' own CPU time is charged and range markers are not (their own time
-    is instrumentation overhead, not work).
+    device_time: every GPU kernel (and memcpy/memset) is charged to the innermost component range whose window
+    contains the kernel's start. The profiling pass synchronizes at range boundaries (ranges(sync=True)), so
+    a range's kernels run inside its window. Windows, not launch links, because torch.profiler does not link
+    Triton's driver-API launches (cuLaunchKernelEx) to the range around them (seen on the H100: the launch
+    event sits in its range with no device time, the kernel has no parent).
+    Without device_time, ops' own CPU time is charged to the range enclosing them; range markers' own time
+    is instrumentation overhead and is not.
     """
     totals: dict[tuple[str, str], float] = {}
-    for evt in events:
-        if evt.device_type != torch.autograd.DeviceType.CPU:
-            continue
-        marker = evt.name in COMPONENTS or evt.name.startswith(("layer.", "ProfilerStep"))
-        if device_time:
-            t = evt.self_device_time_total
-        elif marker:
-            continue
-        else:
+    if device_time:
+        windows = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events
+                          if e.device_type == torch.autograd.DeviceType.CPU and e.name in COMPONENTS),
+                         key=lambda w: w[1] - w[0])  # innermost (shortest) first
+        for e in events:
+            if e.device_type == torch.autograd.DeviceType.CPU or e.name in COMPONENTS or e.name.startswith(
+                    ("layer.", "ProfilerStep")):
+                continue  # CPU events, and the GPU-side copies of range annotations
+            start = e.time_range.start
+            name = next((w[2] for w in windows if w[0] <= start <= w[1]), None)
+            key = (name.split(".")[0], name) if name else ("other", "")
+            totals[key] = totals.get(key, 0.0) + e.time_range.elapsed_us()
+    else:
+        for evt in events:
+            if evt.device_type != torch.autograd.DeviceType.CPU:
+                continue
+            if evt.name in COMPONENTS or evt.name.startswith(("layer.", "ProfilerStep")):
+                continue
             t = evt.self_cpu_time_total
-        if t <= 0:
-            continue
-        key = (evt.name.split(".")[0], evt.name) if evt.name in COMPONENTS else _component_of(evt)
-        totals[key] = totals.get(key, 0.0) + t
+            if t > 0:
+                key = _component_of(evt)
+                totals[key] = totals.get(key, 0.0) + t
     rows = [{"component": c, "range": r or c, "us": us / steps} for (c, r), us in totals.items()]
     df = pd.DataFrame(rows, columns=["component", "range", "us"])
     total = df["us"].sum()
@@ -277,7 +287,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
     eager = DecodeRunner(m, cache, use_graph=False)
     eager.tokens.copy_(first)
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
-    with ranges(nvtx=nvtx, profiler=True), torch.profiler.profile(activities=activities) as prof:
+    with ranges(nvtx=nvtx, profiler=True, sync=gpu), torch.profiler.profile(activities=activities) as prof:
         for _ in range(profile_steps):
             eager.step()
         _sync(device)
