@@ -105,3 +105,14 @@ def round_to_e4m3(x):
     sub = (a + 16384.0) - 16384.0  # multiples of 2^-9 below 2^-6 (E4M3 subnormals)
     r = tl.minimum(tl.where(a < 0.015625, sub, normal), 448.0)
     return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of program `pid`, with GROUP_M consecutive programs sharing a band of W tiles through L2."""
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    size_m = tl.minimum(grid_m - first_m, GROUP_M)
+    return first_m + (pid % width) % size_m, (pid % width) // size_m

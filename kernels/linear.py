@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 
 from ._triton import INTERPRETED, tl, triton
-from .decode import F16_TRICK, decode_bf16, tc_dot, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, round_to_e4m3
+from .decode import (F16_TRICK, decode_bf16, e2m1_pairs, e8m0_to_f32, grouped_tile, half_hi, half_lo, round_to_e4m3,
+                     tc_dot)
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_tc16
 from .prepare import PreparedMXFP4, prepare_mxfp4
@@ -33,6 +34,9 @@ from .variants import (
     get_variant,
     register,
     rule_block_k_multiple_of_32,
+    rule_dot_k,
+    rule_gemv_registers,
+    rule_mma_registers,
     rule_pow2,
     rule_scale_window,
 )
@@ -135,15 +139,7 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, b_ptr, y_ptr, ws_ptr, M, N, K, stride_xm, s
     decoded W stays in registers as the A operand. (The other orientation, W^T as the B operand, crashes
     Triton 3.6's OptimizeDotOperands pass.)
     """
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    # group consecutive programs over M so a band of W tiles is reused from L2 (matters at large M)
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    size_m = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     KW = K // 8
     KB = K // 32
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -325,31 +321,9 @@ def _run_dequant_gemm(x, p: PreparedMXFP4, bias, *, CHUNK_N=0):
 _rule_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps")
 
 
-def _rule_dot_k(cfg, problem):
-    if cfg["BLOCK_K"] < 64:
-        return f"BLOCK_K={cfg['BLOCK_K']} must be at least 64 (8 words per row for the tensor-core decode)"
-    return None
-
-
-def _rule_gemv_regs(cfg, problem):
-    # the accumulator holds BLOCK_M * BLOCK_N * BLOCK_K/8 floats across the program's threads
-    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
-    if per_thread > 64:
-        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N*BLOCK_K/8/threads > 64)"
-    return None
-
-
 def _rule_tc_tile(cfg, problem):
     if cfg["BLOCK_N"] * cfg["BLOCK_K"] // (32 * cfg["num_warps"]) > 256:
         return "decoded W tile exceeds 256 values per thread (BLOCK_N*BLOCK_K/threads)"
-    return None
-
-
-def _rule_acc_regs(cfg, problem):
-    # the fp32 accumulator tile is spread over the program's threads; past 128 per thread the compiler spills
-    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["num_warps"])
-    if per_thread > 128:
-        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N/threads > 128)"
     return None
 
 
@@ -367,7 +341,7 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64, 128), "BLOCK_K": (64, 128, 256, 512), "num_warps": (2, 4, 8),
            "num_stages": (1, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_gemv_registers),
     description="CUDA cores, one program per BLOCK_N rows over all K, tokens of a BLOCK_M tile inside",
 ))
 register(Variant(
@@ -375,7 +349,7 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (32, 64, 128, 256), "SPLIT_K": (2, 4, 8, 16),
            "num_warps": (2, 4), "num_stages": (1, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 2},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs, _rule_splitk_tiles),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, _rule_splitk_tiles),
     description="gemv with K split across programs, fp32 atomics then a bias/cast epilogue",
 ))
 register(Variant(
@@ -384,7 +358,7 @@ register(Variant(
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 1, "num_warps": 4,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _rule_splitk_tiles,
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_splitk_tiles,
            _BF16_WINDOW),
     description="tensor cores with W as the MMA's M side (tokens on N): small M still fills the MMA",
 ))
@@ -393,7 +367,7 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256, 512),
            "PREFETCH": (False, True), "num_warps": (2, 4, 8), "num_stages": (1, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 128, "BLOCK_K": 128, "PREFETCH": False, "num_warps": 4, "num_stages": 1},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs, rule_scale_window(0, 253)),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
 ))
 
@@ -410,7 +384,7 @@ register(Variant(
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "GROUP_M": (1, 8),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _rule_scale_span),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_scale_span),
     description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
 ))
 register(Variant(
@@ -419,34 +393,27 @@ register(Variant(
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 1, "GROUP_M": 8, "num_warps": 8,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_dot_k, _rule_tc_tile, _rule_acc_regs, _BF16_WINDOW),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _BF16_WINDOW),
     description="tensor cores, W tiles decoded to bf16 in registers then tl.dot",
 ))
-register(Variant(
-    name="dot_scaled", kind="gemm", op="linear", fn=_run_dot_scaled,
+_DOT_SCALED = dict(
     space={"BLOCK_M": (16, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "SWAP": (False, True),
            "SPLIT_K": (1, 4), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "SWAP": False, "num_warps": 8,
               "num_stages": 3},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_splitk_tiles),
-    description="tl.dot_scaled(x bf16, W e2m1 with e8m0 scales): the compiler's MXFP4 path",
-))
+)
+register(Variant(name="dot_scaled", kind="gemm", op="linear", fn=_run_dot_scaled, **_DOT_SCALED,
+                 description="tl.dot_scaled(x bf16, W e2m1 with e8m0 scales): the compiler's MXFP4 path"))
 register(Variant(
     name="dequant_gemm", kind="gemm", op="linear", fn=_run_dequant_gemm,
     space={"CHUNK_N": (0, 16384, 65536)},
     defaults={"CHUNK_N": 0},
     description="W decoded to bf16 in a scratch buffer (CHUNK_N rows at a time, 0 = all), then cuBLAS",
 ))
-register(Variant(
-    name="w4a8", kind="gemm", op="linear", fn=_run_w4a8,
-    space={"BLOCK_M": (16, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128), "SWAP": (False, True),
-           "SPLIT_K": (1, 4), "num_warps": (4, 8), "num_stages": (2, 3, 4)},
-    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "SWAP": False, "num_warps": 8,
-              "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, _rule_splitk_tiles),
-    description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1); lossy in x",
-    extra={"lossy_activations": True},
-))
+register(Variant(name="w4a8", kind="gemm", op="linear", fn=_run_w4a8, **_DOT_SCALED,
+                 description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1); lossy in x",
+                 extra={"lossy_activations": True}))
 
 
 # ------------------------------------------------------------------------------------------------------------

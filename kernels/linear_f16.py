@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ._triton import INTERP, tl, triton
-from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, half_hi, half_lo, interleave8, tc_dot
+from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, half_lo, interleave8, tc_dot
 
 
 @triton.jit
@@ -171,14 +171,7 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
 def _tc16_kernel(x16_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, SMAX,
                  HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    size_m = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     KW = K // 8
     KB = K // 32
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

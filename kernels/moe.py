@@ -28,7 +28,8 @@ from .decode import F16_TRICK, decode_bf16, e2m1_pairs, e8m0_to_f32, half_hi, ha
 from .formats import MXFP4Tensor, _check_tensor
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
-from .variants import Variant, get_variant, register, rule_block_k_multiple_of_32, rule_pow2, rule_scale_window
+from .variants import (Variant, get_variant, register, rule_block_k_multiple_of_32, rule_dot_k, rule_gemv_registers,
+                       rule_mma_registers, rule_pow2, rule_scale_window)
 
 # ------------------------------------------------------------------------------------------------------------
 # Epilogues shared by both variants
@@ -71,6 +72,16 @@ def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
     return slots, tl.where(mmask, src, 0)
 
 
+@triton.jit
+def _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N: tl.constexpr):
+    """Rows (this program's N tile) of expert e: their indices, mask and word/scale row pointers."""
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn_c = tl.minimum(rn, N - 1)  # rows past N read row N-1 (never stored)
+    w_base = w_ptr + e.to(tl.int64) * N * (K // 8) + rn_c[:, None] * (K // 8)
+    s_base = s_ptr + e.to(tl.int64) * N * (K // 32) + rn_c[:, None] * (K // 32)
+    return rn, rn < N, w_base, s_base
+
+
 # ------------------------------------------------------------------------------------------------------------
 # moe_gemv
 
@@ -83,13 +94,8 @@ def _moe_gemv_kernel(a_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
     end = tl.load(offs_ptr + e + 1)
     if end > start:  # experts without tokens exit at once
         KW = K // 8
-        KB = K // 32
-        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < N
-        rn_c = tl.minimum(rn, N - 1)
         rw = tl.arange(0, BLOCK_K // 8)
-        w_base = w_ptr + e.to(tl.int64) * N * KW + rn_c[:, None] * KW
-        s_base = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB
+        rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
         for m0 in range(start, end, BLOCK_M):
             rm = m0 + tl.arange(0, BLOCK_M)
             mmask = rm < end
@@ -143,14 +149,9 @@ def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, 
         mmask = rm < end
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
         KW = K // 8
-        KB = K // 32
-        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < N
-        rn_c = tl.minimum(rn, N - 1)
         rw = tl.arange(0, BLOCK_K // 8)
         rk = tl.arange(0, BLOCK_K)
-        w_base = w_ptr + e.to(tl.int64) * N * KW + rn_c[:, None] * KW
-        s_base = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB
+        rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
         acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         for k0 in range(0, K, BLOCK_K):
             kw = k0 // 8 + rw
@@ -242,26 +243,15 @@ def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
 _pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
 
 
-def _rule_gemv_regs(cfg, problem):
-    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
-    if per_thread > 64:
-        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N*BLOCK_K/8/threads > 64)"
-    return None
-
-
 def _rule_tc(cfg, problem):
-    if cfg["BLOCK_K"] < 64:
-        return f"BLOCK_K={cfg['BLOCK_K']} must be at least 64"
-    if cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["num_warps"]) > 128:
-        return "accumulator needs more than 128 registers per thread (BLOCK_M*BLOCK_N/threads)"
-    return None
+    return rule_dot_k(cfg, problem) or rule_mma_registers(cfg, problem)
 
 
 register(Variant(
     name="moe_gemv", kind="moe", op="moe", fn=_run_moe_gemv,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8)},
     defaults={"BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
-    rules=(_pow2, rule_block_k_multiple_of_32, _rule_gemv_regs),
+    rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers),
     description="decode: one program per (expert, N tile) streams the expert's weights for all its tokens",
 ))
 register(Variant(

@@ -125,3 +125,26 @@ def rule_scale_window(lo: int, hi: int):
         return None
 
     return rule
+
+
+def rule_dot_k(cfg, problem):
+    """The tensor-core decodes need at least 8 weight words per row and K tile."""
+    if cfg["BLOCK_K"] < 64:
+        return f"BLOCK_K={cfg['BLOCK_K']} must be at least 64 (8 words per row for the tensor-core decode)"
+    return None
+
+
+def rule_gemv_registers(cfg, problem):
+    """CUDA-core GEMVs keep BLOCK_M * BLOCK_N * BLOCK_K/8 fp32 partial sums spread over the program's threads."""
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
+    if per_thread > 64:
+        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N*BLOCK_K/8/threads > 64)"
+    return None
+
+
+def rule_mma_registers(cfg, problem):
+    """The fp32 MMA accumulator tile is spread over the program's threads; past 128 per thread it spills."""
+    per_thread = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * cfg["num_warps"])
+    if per_thread > 128:
+        return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N/threads > 128)"
+    return None
