@@ -60,9 +60,6 @@ def _parse_config(text: str | None) -> dict:
 
 def cmd_sass(args) -> int:
     """Compile a variant config (no GPU needed) and print registers, spills, shared memory, loop mix."""
-    import os
-
-    os.environ["TRITON_INTERPRET"] = "0"  # compile for real: must be set before kernels are imported
     from .compile import static_report
 
     rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch)
@@ -355,6 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["sass"]:  # compile for real: decided before any module imports kernels
+        import os
+
+        os.environ["TRITON_INTERPRET"] = "0"
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
