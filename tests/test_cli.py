@@ -78,3 +78,13 @@ def test_roofline_ceilings_from_a_run(capsys, tmp_path):
     assert out["ceilings"]["read_gbps"] == 3000.0 and out["ceilings"]["source"] == "measured"
     assert main(["roofline", "--ceilings-from", str(tmp_path / "missing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_sass_compiles_for_hopper_without_a_gpu():
+    # static report of a real sm_90 compile (Triton's bundled ptxas), on any machine
+    out = subprocess.run([sys.executable, "-m", "labkit", "sass", "gemv_h2", "--m", "1", "--n", "256", "--k", "256",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)
+    main = [r for r in rows if r["kernel"] == "_gemv_h2_kernel"][0]
+    assert main["regs"] > 0 and main["local"] == 0 and main["loop_instructions"] > 0 and "HFMA2" in main["mix"]
