@@ -152,9 +152,12 @@ def cmd_compare(args) -> int:
             return [f"{u:.4g} [{lo:.4g}-{hi:.4g}]" if pd.notna(u) else "-" for u, lo, hi in
                     zip(shown[f"{side}_us"], shown[f"{side}_p10"], shown[f"{side}_p90"])]
 
-        where = shown["shape"] if "shape" in shown else shown.get("model")
+        where = pd.Series(pd.NA, index=shown.index, dtype=object)  # linear shape or MoE model
+        for c in ("model", "shape"):
+            if c in shown:
+                where = shown[c].astype(object).where(shown[c].notna(), where)
         table = pd.DataFrame({
-            "op": shown["op"], "where": where if where is not None else "", "routing": shown["routing"],
+            "op": shown["op"], "where": where, "routing": shown["routing"],
             "m": shown["m"], "variant": shown["variant"], "config": shown["config"].map(short_config),
             "A us [p10-p90]": band("a"), "B us [p10-p90]": band("b"), "B/A": shown["ratio"].round(3),
             "verdict": shown["verdict"]})
