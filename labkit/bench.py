@@ -73,7 +73,8 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
     """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
 
     GPU: CUDA-graph replays of the whole pass (median, p10, p90) and eager passes (median), each divided
-    by len(calls). CPU: wall-clock eager passes through the interpreter only.
+    by len(calls). CPU: wall-clock eager passes through the interpreter only. Eager p10/p90 are kept too, so
+    runs without graph times still carry a noise band for comparing them.
     """
     n = len(calls)
     if not ON_GPU:
@@ -84,6 +85,7 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
                 c()
             times.append((time.perf_counter() - t) * 1e6 / n)
         return {"us_graph": None, "us_graph_p10": None, "us_graph_p90": None, "us_eager": statistics.median(times),
+                "us_eager_p10": _percentile(times, 0.1), "us_eager_p90": _percentile(times, 0.9),
                 "timing": "interpreter"}
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -115,7 +117,8 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
     reps_t = [timed(graph.replay) for _ in range(reps)]
     del graph
     return {"us_graph": statistics.median(reps_t), "us_graph_p10": _percentile(reps_t, 0.1),
-            "us_graph_p90": _percentile(reps_t, 0.9), "us_eager": statistics.median(eager), "timing": "cuda_graph"}
+            "us_graph_p90": _percentile(reps_t, 0.9), "us_eager": statistics.median(eager),
+            "us_eager_p10": _percentile(eager, 0.1), "us_eager_p90": _percentile(eager, 0.9), "timing": "cuda_graph"}
 
 
 # ---- linear points -------------------------------------------------------------------------------------------

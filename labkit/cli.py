@@ -32,11 +32,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_quickstart(args) -> int:
-    """The README's main job: run the lab's default notebooks into a new run folder and say where it is."""
+    """The README's main job: the default batch of notebooks into a new run folder; says where the charts are."""
     from .quickstart import quickstart
 
-    quickstart(out=args.out)
-    return 0
+    result = quickstart(out=args.out, progress=not args.quiet)
+    return 1 if result.failures else 0
 
 
 def cmd_sweep(args) -> int:
@@ -118,29 +118,84 @@ def cmd_roofline(args) -> int:
 
 
 def cmd_best(args) -> int:
-    """The fastest correct variant/config per point of a run, with its fraction of the floor."""
-    import pandas as pd
+    """The fastest correct variant/config per point of a run, vs the floor and its op's baseline."""
+    from .results import best_table, read_runs, resolve_run
 
-    from .results import best_points, read_runs
-
-    df = read_runs([args.run])
-    best = best_points(df)
-    if best.empty:
+    out = best_table(read_runs([resolve_run(args.run)]))
+    if out.empty:
         print("no ok points in this run")
         return 1
-    base = df[(df["variant"] == "cublas_bf16") & (df["status"] == "ok")].set_index(["op", "n", "k", "m"])
-    t = "us_graph" if best["us_graph"].notna().any() else "us_eager"
-    rows = []
-    for r in best.to_dict("records"):
-        key = (r["op"], r["n"], r["k"], r["m"])
-        cub = base[t].get(key) if key in base.index else None
-        rows.append({"shape": r.get("shape", ""), "m": r["m"], "n": r["n"], "k": r["k"], "best": r["variant"],
-                     t: round(r[t], 2), "frac_of_floor": None if pd.isna(r.get("frac_of_floor")) else
-                     round(r["frac_of_floor"], 3), "vs_cublas_bf16": None if cub is None else round(cub / r[t], 2),
-                     "config": r["config"]})
-    out = pd.DataFrame(rows)
-    print(out.to_string(index=False) if not args.json else out.to_json(orient="records", indent=2))
+    print(out.to_json(orient="records", indent=2) if args.json else out.to_string(index=False, float_format="%.3g"))
     return 0
+
+
+def cmd_compare(args) -> int:
+    """Per-point ratio B/A of two runs with each run's p10-p90 noise band, wins and losses marked."""
+    import pandas as pd
+
+    from .results import compare_runs, compare_summary, short_config
+
+    cmp = compare_runs(args.run_a, args.run_b, min_band=args.min_band)
+    if args.op:
+        cmp = cmp[cmp["op"] == args.op]
+    if args.csv:
+        cmp.to_csv(args.csv, index=False)
+    if args.json:
+        print(cmp.to_json(orient="records", indent=2))
+        return 0
+    shown = cmp[cmp["verdict"].isin(["win", "loss", "n/a"])] if args.changes else cmp
+    if len(shown):
+        def band(side):
+            return [f"{u:.4g} [{lo:.4g}-{hi:.4g}]" if pd.notna(u) else "-" for u, lo, hi in
+                    zip(shown[f"{side}_us"], shown[f"{side}_p10"], shown[f"{side}_p90"])]
+
+        where = pd.Series(pd.NA, index=shown.index, dtype=object)  # linear shape or MoE model
+        for c in ("model", "shape"):
+            if c in shown:
+                where = shown[c].astype(object).where(shown[c].notna(), where)
+        table = pd.DataFrame({
+            "op": shown["op"], "where": where, "routing": shown["routing"],
+            "m": shown["m"], "variant": shown["variant"], "config": shown["config"].map(short_config),
+            "A us [p10-p90]": band("a"), "B us [p10-p90]": band("b"), "B/A": shown["ratio"].round(3),
+            "verdict": shown["verdict"]})
+        table = table.drop(columns=[c for c in ("where", "routing") if table[c].isna().all()])
+        print(table.to_string(index=False))
+    print(f"A = {cmp.attrs['run_a']}\nB = {cmp.attrs['run_b']}")
+    print(compare_summary(cmp))
+    return 0
+
+
+def cmd_runs(args) -> int:
+    """Every run folder with its GPU, date, commit and how many points are ok / incorrect / failed."""
+    from .results import list_runs
+
+    df = list_runs(args.root)
+    if df.empty:
+        print(f"no run folders under {args.root or 'results/'}")
+        return 0
+    if args.json:
+        print(df.to_json(orient="records", indent=2))
+        return 0
+    df["started"] = df["started"].str.replace("T", " ").str.slice(0, 16)
+    print(df.drop(columns="path").to_string(index=False))
+    return 0
+
+
+def cmd_sql(args) -> int:
+    """SQL (DuckDB) over the points of runs: views `points` and `runs`."""
+    from .results import query
+
+    df = query(args.sql, runs=args.runs or None)
+    print(df.to_json(orient="records", indent=2) if args.json else df.to_string(index=False))
+    return 0
+
+
+def cmd_batch(args) -> int:
+    """One papermill output notebook per parameter set of a grid, into one run folder; failures listed."""
+    from .notebooks import load_grid, run_batch
+
+    result = run_batch(args.notebook, load_grid(args.grid), out=args.out, progress=not args.quiet)
+    return 1 if result.failures else 0
 
 
 def cmd_once(args) -> int:
@@ -280,8 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("quickstart", help="the default job: run the lab's notebooks into a new run folder")
+    p = sub.add_parser("quickstart", help="the default job: GEMV and MoE sweeps (the size this machine allows), "
+                                          "then the compare and roofline notebooks, into one new run folder")
     p.add_argument("--out", help="run folder to write (default: results/<run_id>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("sweep", help="run a sweep spec (YAML or shipped name) into a run folder, resumable")
@@ -315,8 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", choices=("all", "linear", "moe"), default="all")
     p.set_defaults(func=cmd_selfcheck)
 
-    p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and cuBLAS")
-    p.add_argument("run", help="run folder")
+    p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and the "
+                                    "op's baseline (cuBLAS bf16 for linear, torch bf16 for MoE)")
+    p.add_argument("run", help="run folder or run id under results/")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_best)
 
@@ -333,6 +391,37 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tables-from", metavar="RUN", help="derive the tables from this run instead of the package's")
     t.add_argument("--routing", default="uniform")
     t.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("compare", help="per-point ratio of two runs (B/A) with their noise bands, wins and losses")
+    p.add_argument("run_a", help="run folder or run id (the reference)")
+    p.add_argument("run_b", help="run folder or run id (the candidate: a ratio below 1 means B is faster)")
+    p.add_argument("--op", help="only this op (linear, moe_layer, route, ...)")
+    p.add_argument("--changes", action="store_true", help="print only wins, losses and points not ok")
+    p.add_argument("--min-band", type=float, default=0.03,
+                   help="least relative change that counts, besides the p10-p90 bands (default 0.03)")
+    p.add_argument("--csv", metavar="FILE", help="also write the whole comparison as CSV")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("runs", help="list run folders: GPU, date, commit, points ok / incorrect / failed")
+    p.add_argument("root", nargs="?", help="folder holding run folders (default results/)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("sql", help="SQL (DuckDB) over run points: views `points` and `runs`")
+    p.add_argument("sql", help="e.g. \"SELECT variant, min(us_graph) FROM points WHERE op='linear' GROUP BY 1\"")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("batch", help="execute a notebook once per parameter set of a grid (papermill) into a run")
+    p.add_argument("notebook", help="notebook path or name, e.g. 02_gemv_sweep")
+    p.add_argument("--grid", required=True,
+                   help="YAML: a list of parameter dicts, or param -> list of values (every combination); "
+                        "or the name of a shipped grid (labkit/grids)")
+    p.add_argument("--out", help="run folder to write into (default: a new results/<run_id>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("roofline", help="floor of a GPT-OSS decode or prefill step on a GPU, per component")
     p.add_argument("--gpu", help="datasheet GPU (e.g. h100-sxm, gb10) or 'auto' for this machine's GPU")

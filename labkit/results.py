@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import RESULTS_DIR
+
 POINTS = "points.parquet"
 
 #: Columns every point has (DESIGN.md), in order.
@@ -56,7 +58,7 @@ def point_key(row: Mapping) -> tuple:
     vals = []
     for c in KEY_COLUMNS:
         v = row.get(c)
-        if isinstance(v, float) and math.isnan(v):
+        if v is pd.NA or (isinstance(v, float) and math.isnan(v)):  # NaN / pd.NA from a read frame: absent
             v = None
         if c == "config":
             v = config_json(v)
@@ -96,6 +98,46 @@ class PointStore:
         return {point_key(r) for r in df.to_dict("records")}
 
 
+#: point columns that hold whole numbers (nullable) and measurements (float), whatever a run's parquet says
+INT_COLUMNS = ("m", "n", "k", "experts", "top_k")
+FLOAT_COLUMNS = ("us_graph", "us_graph_p10", "us_graph_p90", "us_eager", "us_eager_p10", "us_eager_p90", "bytes",
+                 "flops", "floor_us", "frac_of_floor", "gbps", "tflops", "max_rel_err")
+
+
+def _tidy_dtypes(df: pd.DataFrame) -> pd.DataFrame:
+    """One dtype per column across runs: a run whose points mix None and numbers (a decode step has no n/k;
+    a CPU run has no floor) stores them as objects, which neither DuckDB nor plotting can take."""
+    for c in df.columns:
+        if c in INT_COLUMNS:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+        elif c in FLOAT_COLUMNS:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        elif df[c].dtype == object:
+            vals = df[c].dropna()
+            if len(vals) and all(isinstance(v, bool) for v in vals):
+                df[c] = df[c].astype("boolean")
+            elif len(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def resolve_run(run: str | Path) -> Path:
+    """A run folder from a path or a run id under results/ (so notebooks and commands accept either)."""
+    p = Path(run)
+    if (p / "meta.json").is_file():
+        return p
+    for q in (RESULTS_DIR / str(run), RESULTS_DIR.parent / str(run)):  # a run id, or a path from the repo root
+        if (q / "meta.json").is_file():
+            return q
+    raise FileNotFoundError(f"{run} is not a run folder (no meta.json there nor under {RESULTS_DIR})")
+
+
+def find_runs(root: str | Path | None = None) -> list[Path]:
+    """Run folders (those holding meta.json) directly under root (default results/), oldest first by name."""
+    root = Path(root) if root else RESULTS_DIR
+    return sorted(p for p in root.iterdir() if (p / "meta.json").is_file()) if root.is_dir() else []
+
+
 def read_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Points of many run folders in one DataFrame, with run_id, gpu and git_commit columns added."""
     frames = []
@@ -112,7 +154,8 @@ def read_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
         frames.append(df)
     if not frames:
         return pd.DataFrame(columns=["run_id", *POINT_COLUMNS])
-    return pd.concat(frames, ignore_index=True)
+    frames = [f for f in frames if len(f)] or frames[:1]  # an empty run adds no rows, only all-NA dtypes
+    return _tidy_dtypes(pd.concat(frames, ignore_index=True))
 
 
 def best_points(df: pd.DataFrame, by: tuple[str, ...] = ("op", "n", "k", "m", "experts", "top_k", "routing"),
@@ -128,3 +171,209 @@ def best_points(df: pd.DataFrame, by: tuple[str, ...] = ("op", "n", "k", "m", "e
     keyed = ok.assign(**{c: ok[c].astype(object).where(ok[c].notna(), "-") for c in by})
     idx = keyed.groupby(by, dropna=False)["_t"].idxmin()
     return ok.loc[idx.values].drop(columns="_t").sort_values([c for c in by]).reset_index(drop=True)
+
+
+# ---- many runs: listing, SQL, best per point, comparing two runs -------------------------------------------
+
+#: the reference each op's best variant is judged against in `best_table`
+BASELINE_FOR_OP = {"linear": "cublas_bf16", "moe_layer": "torch_bf16"}
+#: columns joined on besides KEY_COLUMNS when both runs have them (see compare_runs)
+COMPARE_EXTRA_KEYS = ("shape", "model", "bias")
+#: least relative change of the medians that counts as a result (see compare_runs)
+MIN_BAND = 0.03
+
+
+def list_runs(root: str | Path | Iterable[str | Path] | None = None) -> pd.DataFrame:
+    """One row per run folder (under root, default results/, or the given folders): GPU, start time, commit,
+    how many points and how many of them are ok / incorrect / failed, and which ops they measure."""
+    paths = find_runs(root) if root is None or isinstance(root, (str, Path)) else [Path(p) for p in root]
+    rows = []
+    for p in paths:
+        meta = json.loads((p / "meta.json").read_text())
+        pts = PointStore(p).read()
+        status = pts["status"].value_counts() if len(pts) else pd.Series(dtype=int)
+        ops = pts["op"].value_counts() if len(pts) else pd.Series(dtype=int)
+        rows.append({
+            "run_id": p.name, "gpu": meta.get("gpu") or "cpu", "started": meta.get("started"),
+            "finished": bool(meta.get("finished")), "git_commit": (meta.get("git_commit") or "")[:10],
+            "points": len(pts), **{s: int(status.get(s, 0)) for s in STATUSES},
+            "ops": ", ".join(f"{op} {n}" for op, n in ops.items()), "path": str(p)})
+    cols = ["run_id", "gpu", "started", "finished", "git_commit", "points", *STATUSES, "ops", "path"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def query(sql: str, runs: Iterable[str | Path] | None = None) -> pd.DataFrame:
+    """Run SQL (DuckDB, in process) over the points of `runs` (default: every run under results/).
+
+    Views: `points` (read_runs: one row per point, with run_id, gpu, git_commit) and `runs` (list_runs).
+    """
+    import duckdb
+
+    paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
+    con = duckdb.connect()
+    try:
+        con.register("points", read_runs(paths))
+        con.register("runs", list_runs(paths))
+        return con.execute(sql).df()
+    finally:
+        con.close()
+
+
+def short_config(config: str | Mapping | None) -> str:
+    """A config as 'N=64 K=128 warps=4' (BLOCK_ dropped) for tables and chart labels."""
+    cfg = json.loads(config) if isinstance(config, str) else dict(config or {})
+    names = {"num_warps": "warps", "num_stages": "stages"}
+    return " ".join(f"{names.get(k, k.removeprefix('BLOCK_'))}={v}" for k, v in sorted(cfg.items())) or "-"
+
+
+def _time_column(df: pd.DataFrame) -> str:
+    return "us_graph" if "us_graph" in df.columns and df["us_graph"].notna().any() else "us_eager"
+
+
+def best_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The fastest correct variant/config per point (best_points) beside its op's baseline (BASELINE_FOR_OP:
+    cuBLAS bf16 for linear, torch bf16 for moe_layer), `vs_baseline` = baseline time / best time."""
+    best = best_points(df)
+    if best.empty:
+        return best
+    t = _time_column(best)
+    ok = df[df["status"] == "ok"]
+    base = {}
+    for r in ok[ok["variant"].isin(BASELINE_FOR_OP.values())].to_dict("records"):
+        if BASELINE_FOR_OP.get(r["op"]) == r["variant"]:
+            base[point_key({**r, "variant": None, "config": None})] = r[t]
+    rows = []
+    for r in best.to_dict("records"):
+        b = base.get(point_key({**r, "variant": None, "config": None}))
+        where = r.get("shape") if r["op"] == "linear" else r.get("model")
+        rows.append({"op": r["op"], "problem": None if pd.isna(where) else where, "routing": r.get("routing"),
+                     "m": r["m"], "n": r["n"], "k": r["k"], "best": r["variant"], t: r[t],
+                     "frac_of_floor": r.get("frac_of_floor"), "baseline": BASELINE_FOR_OP.get(r["op"]),
+                     "vs_baseline": None if b is None or pd.isna(b) else b / r[t],
+                     "config": short_config(r["config"])})
+    out = pd.DataFrame(rows)
+    empty = [c for c in ("problem", "routing", "frac_of_floor", "vs_baseline") if out[c].isna().all()]
+    return out.drop(columns=empty)
+
+
+def _band(df: pd.DataFrame, graph: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(median, p10, p90) per point on CUDA-graph time where both runs have it, else eager; a missing
+    percentile counts as no spread."""
+    def col(name):
+        return df[name] if name in df.columns else pd.Series(float("nan"), index=df.index)
+
+    med = col("us_graph").where(graph, col("us_eager"))
+    p10 = col("us_graph_p10").where(graph, col("us_eager_p10")).fillna(med)
+    p90 = col("us_graph_p90").where(graph, col("us_eager_p90")).fillna(med)
+    return med, p10, p90
+
+
+def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
+    """Per-point ratio of two runs (B over A: `ratio` = time_b / time_a, below 1 means B is faster).
+
+    a, b: run folders (path or run id) or DataFrames of points. Points are joined on KEY_COLUMNS, which are
+    unique within a run (the sweep skips stored keys; it refuses two linear shapes with the same [N, K], and
+    a MoE model is fixed by experts, n = 2*intermediate and k = hidden), plus `shape`, `model` and `bias`
+    where both runs have them, so a renamed shape or a bias/no-bias run never pairs up by accident.
+    Time is CUDA-graph (us_graph) where both runs have it, else eager (`metric` says which).
+
+    Noise: each run's p10-p90 band of that time. `ratio_lo` = b_p10 / a_p90 and `ratio_hi` = b_p90 / a_p10
+    bound the ratio over both bands; a `win` needs the bands apart (ratio_hi < 1) and the medians more than
+    `min_band` apart, a `loss` the same the other way; everything else is `noise`, and a point not ok in
+    either run is `n/a`. min_band covers drift between runs that replays within one run cannot show (two
+    H100 runs of mostly unchanged linear kernels: median |ratio - 1| 0.7%, 90th percentile 2.3%).
+    """
+    da = a if isinstance(a, pd.DataFrame) else read_runs([resolve_run(a)])
+    db = b if isinstance(b, pd.DataFrame) else read_runs([resolve_run(b)])
+    extra = [c for c in COMPARE_EXTRA_KEYS if c in da.columns and c in db.columns]
+    keyed = []
+    for name, d in (("A", da), ("B", db)):
+        d = d.reset_index(drop=True)
+        key = pd.Series([repr(point_key(r) + tuple(None if _isna(r.get(c)) else r.get(c) for c in extra))
+                         for r in d.to_dict("records")], index=d.index, dtype=object)
+        if key.duplicated().any():
+            raise ValueError(f"run {name} has {int(key.duplicated().sum())} points with the same key; "
+                             "compare one run against one run")
+        keyed.append(d.assign(_key=key))
+    ka, kb = keyed
+    j = ka.merge(kb, on="_key", suffixes=("_a", "_b"))
+    out = pd.DataFrame({c: j[f"{c}_a"] for c in [*KEY_COLUMNS, *extra]})
+    out["status_a"], out["status_b"] = j["status_a"], j["status_b"]
+    graph = j["us_graph_a"].notna() & j["us_graph_b"].notna() if "us_graph_a" in j else pd.Series(False, j.index)
+    out["metric"] = graph.map({True: "us_graph", False: "us_eager"})
+    for side in ("a", "b"):
+        cols = {c.removesuffix(f"_{side}"): j[c] for c in j.columns if c.endswith(f"_{side}")}
+        med, p10, p90 = _band(pd.DataFrame(cols), graph)
+        out[f"{side}_us"], out[f"{side}_p10"], out[f"{side}_p90"] = med, p10, p90
+    ok = (out["status_a"] == "ok") & (out["status_b"] == "ok") & (out["a_us"] > 0) & (out["b_us"] > 0)
+    out["ratio"] = (out["b_us"] / out["a_us"]).where(ok)
+    out["ratio_lo"] = (out["b_p10"] / out["a_p90"]).where(ok)
+    out["ratio_hi"] = (out["b_p90"] / out["a_p10"]).where(ok)
+    win = ok & (out["ratio_hi"] < 1) & (out["ratio"] < 1 - min_band)
+    loss = ok & (out["ratio_lo"] > 1) & (out["ratio"] > 1 + min_band)
+    out["verdict"] = "noise"
+    out.loc[win, "verdict"] = "win"
+    out.loc[loss, "verdict"] = "loss"
+    out.loc[~ok, "verdict"] = "n/a"
+    out = out.sort_values(["op", *[c for c in ("shape", "model") if c in out], "routing", "m", "variant"],
+                          na_position="first", kind="stable").reset_index(drop=True)
+    out.attrs.update(only_a=len(ka) - len(j), only_b=len(kb) - len(j), min_band=min_band,
+                     run_a=_run_label(da), run_b=_run_label(db))
+    return out
+
+
+def _isna(v) -> bool:
+    return v is None or (not isinstance(v, (str, dict, list, tuple)) and bool(pd.isna(v)))
+
+
+def _run_label(df: pd.DataFrame) -> str:
+    ids = df["run_id"].dropna().unique().tolist() if "run_id" in df.columns else []
+    return ", ".join(map(str, ids)) or "points"
+
+
+def compare_summary(cmp: pd.DataFrame) -> str:
+    """One line: how many points joined, wins/losses/noise, and the geometric mean ratio."""
+    import numpy as np
+
+    counts = cmp["verdict"].value_counts()
+    r = cmp["ratio"].dropna()
+    geo = float(np.exp(np.log(r).mean())) if len(r) else float("nan")
+    return (f"{len(cmp)} points in both runs (only in A: {cmp.attrs.get('only_a', 0)}, only in B: "
+            f"{cmp.attrs.get('only_b', 0)}); {counts.get('win', 0)} wins, {counts.get('loss', 0)} losses, "
+            f"{counts.get('noise', 0)} within noise, {counts.get('n/a', 0)} not ok in a run; "
+            f"geometric mean ratio B/A {geo:.3f} (band: p10-p90 of each run, at least "
+            f"{cmp.attrs.get('min_band', MIN_BAND):.0%})")
+
+
+def compare_by(cmp: pd.DataFrame, by: str | list[str] = "variant") -> pd.DataFrame:
+    """Verdict counts and the geometric mean ratio per group (default per variant) of a comparison."""
+    import numpy as np
+
+    by = [by] if isinstance(by, str) else list(by)
+    g = cmp.assign(log_ratio=np.log(cmp["ratio"]))
+    out = g.groupby(by, dropna=False).agg(points=("verdict", "size"), wins=("verdict", lambda v: (v == "win").sum()),
+                                          losses=("verdict", lambda v: (v == "loss").sum()),
+                                          noise=("verdict", lambda v: (v == "noise").sum()),
+                                          geomean_ratio=("log_ratio", "mean"))
+    out["geomean_ratio"] = np.exp(out["geomean_ratio"])
+    return out.reset_index()
+
+
+def reference_runs(run: str | Path, candidates: Iterable[str | Path] | None = None) -> dict[str, Path]:
+    """For each op of `run`, the other run folder (default: every run under results/) sharing the most ok
+    point keys with it: what a fresh run is best compared against. Ops no other run shares are left out."""
+    run = resolve_run(run)
+    mine = PointStore(run).read()
+    mine = mine[mine["status"] == "ok"]
+    keys = {op: {point_key(r) for r in g.to_dict("records")} for op, g in mine.groupby("op")}
+    best: dict[str, tuple[int, Path]] = {}
+    for p in (find_runs() if candidates is None else [resolve_run(c) for c in candidates]):
+        if p.resolve() == run.resolve():
+            continue
+        pts = PointStore(p).read()
+        pts = pts[pts["status"] == "ok"]
+        for op, g in pts[pts["op"].isin(list(keys))].groupby("op"):
+            n = len(keys[op] & {point_key(r) for r in g.to_dict("records")})
+            if n and n > best.get(op, (0, None))[0]:
+                best[op] = (n, p)
+    return {op: p for op, (_, p) in best.items()}

@@ -86,6 +86,12 @@ def expand_linear(spec: dict, on_gpu: bool):
     shapes = spec["shapes"] if on_gpu else spec.get("cpu_shapes", spec["shapes"])
     ms = spec["m"] if on_gpu else spec.get("cpu_m", spec["m"])
     ranges = spec.get("m_range", {})
+    seen: dict[tuple, str] = {}
+    for shape, (n, k) in shapes.items():  # a point is keyed by (n, k), not the shape's name
+        if (n, k) in seen:
+            raise ValueError(f"spec: shapes {seen[(n, k)]!r} and {shape!r} are both [{n}, {k}]; points are keyed "
+                             "by [N, K], so they would be the same points: keep one")
+        seen[(n, k)] = shape
     rng = random.Random(0)
     cases = []
     for shape, (n, k) in shapes.items():
@@ -154,11 +160,13 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         raise ValueError(f"spec op {spec['op']!r} is not supported (known: linear, moe)")
     on_gpu = torch.cuda.is_available()
     cases = expand_linear(spec, on_gpu) if spec["op"] == "linear" else expand_moe(spec, on_gpu)
-    if resume:
+    name = spec.get("name", "sweep")
+    if resume:  # several specs may share one run folder (the quickstart's): each is kept under `specs`
         run = open_run(resume)
-        run.update_meta(parameters={**run.meta.get("parameters", {}), "spec": spec})
+        old = run.meta.get("parameters", {})
+        run.update_meta(parameters={**old, "spec": spec, "specs": {**old.get("specs", {}), name: spec}})
     else:
-        run = create_run(spec.get("name", "sweep"), out=out, parameters={"spec": spec})
+        run = create_run(name, out=out, parameters={"spec": spec, "specs": {name: spec}})
     store = PointStore(run.path)
     done = store.done_keys()
     todo = [c for c in cases if point_key(c.key()) not in done]
@@ -213,10 +221,30 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
         tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
         for model in models:
+            E, k, H, _ = bench_moe.MODELS[model]
             for t in tokens:
-                row = bench_moe.measure_route(model, t)
-                if point_key(row) not in done:
-                    store.append(row)
+                key = {"op": "route", "variant": "torch", "config": {}, "m": t, "n": E, "k": H, "experts": E,
+                       "top_k": k, "routing": "from_logits"}
+                if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
+                    store.append(bench_moe.measure_route(model, t))
     bar.close()
     run.finish()
     return run.path
+
+
+def sweep_points(spec, run_dirs=(), out_dir: str | Path | None = None, *, limit: int | None = None,
+                 progress: bool = False):
+    """The points a sweep notebook charts: read from `run_dirs` (paths or run ids) when given, else measured
+    by running `spec` into out_dir (resuming it when it is already a run folder, so a batch of notebooks
+    over one folder sweeps once) or into a new results/<run_id>. Returns read_runs' DataFrame."""
+    from .results import read_runs, resolve_run
+
+    if run_dirs:
+        if isinstance(run_dirs, (str, Path)):
+            run_dirs = [run_dirs]
+        return read_runs([resolve_run(r) for r in run_dirs])
+    if out_dir and (Path(out_dir) / "meta.json").is_file():
+        path = run_sweep(spec, resume=out_dir, limit=limit, progress=progress)
+    else:
+        path = run_sweep(spec, out=out_dir or None, limit=limit, progress=progress)
+    return read_runs([path])

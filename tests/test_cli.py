@@ -88,3 +88,40 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     rows = json.loads(out.stdout)
     main = [r for r in rows if r["kernel"] == "_gemv_h2_kernel"][0]
     assert main["regs"] > 0 and main["local"] == 0 and main["loop_instructions"] > 0 and "HFMA2" in main["mix"]
+
+def _two_runs(tmp_path):
+    from labkit.results import PointStore
+    from labkit.runs import create_run
+
+    def pt(m, us, variant="gemv"):
+        return {"op": "linear", "variant": variant, "config": {"BLOCK_N": 64} if variant == "gemv" else {}, "m": m,
+                "n": 128, "k": 64, "routing": None, "status": "ok", "shape": "lm_head", "us_graph": us,
+                "us_graph_p10": us * 0.99, "us_graph_p90": us * 1.01}
+
+    for name, scale in (("a", 1.0), ("b", 0.5)):
+        run = create_run(name, out=tmp_path / name)
+        PointStore(run.path).append([pt(1, 10 * scale), pt(2, 20), pt(1, 30, "cublas_bf16")])
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_compare_runs_and_sql_commands(tmp_path, capsys):
+    a, b = _two_runs(tmp_path)
+    assert main(["compare", str(a), str(b), "--csv", str(tmp_path / "c.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "3 points in both runs" in out and "1 wins, 0 losses, 2 within noise" in out
+    assert "10 [9.9-10.1]" in out and "N=64" in out
+    assert main(["compare", str(a), str(b), "--changes"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split()[-1] for r in rows[1:-3]] == ["win"]  # header, the win, then A =, B = and the summary
+    assert (tmp_path / "c.csv").read_text().count("\n") == 4
+    assert main(["runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ok  incorrect  failed" in out and out.count("linear 3") == 2
+    assert main(["sql", "SELECT run_id, min(us_graph) AS best FROM points GROUP BY 1 ORDER BY 1", "--runs", str(a),
+                 str(b), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"run_id": "a", "best": 10.0}, {"run_id": "b", "best": 5.0}]
+    assert main(["best", str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "cublas_bf16" in out and "vs_baseline" in out and "lm_head" in out
+    assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
+    assert "not a run folder" in capsys.readouterr().err

@@ -26,3 +26,21 @@ def test_notebook_executes(nb, tmp_path):
     errors = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert list(tmp_path.glob("*.html")), "the notebook exports its charts into out_dir"
+
+
+#: the sweep notebooks on committed H100 runs too (floors, heat maps of fractions): the GPU-size path on a CPU
+COMMITTED = {"02_gemv_sweep": "20261122T070939-h100-80gb-hbm3-linear_gptoss",
+             "03_moe_sweep": "20261122T073433-h100-80gb-hbm3-moe_gptoss"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_sweep_notebook_charts_a_committed_gpu_run(name, tmp_path):
+    from labkit import RESULTS_DIR
+
+    if not (RESULTS_DIR / COMMITTED[name] / "meta.json").is_file():
+        pytest.skip(f"committed run {COMMITTED[name]} is not here")
+    out = execute_notebook(name, tmp_path, {"run_dirs": [COMMITTED[name]]})
+    text = out.read_text()
+    assert "fraction of floor" in text and not (tmp_path / "points.parquet").exists()  # charted, not swept
+    assert len(list(tmp_path.glob("*heatmap*.html"))) >= 2

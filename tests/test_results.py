@@ -43,3 +43,129 @@ def test_read_runs_adds_run_columns(tmp_path):
     assert isinstance(df, pd.DataFrame) and set(KEY_COLUMNS) <= set(df.columns)
     with pytest.raises(FileNotFoundError, match="not a run folder"):
         read_runs([tmp_path / "missing"])
+
+
+# ---- many runs: dtypes, listing, SQL, best per point, comparing ------------------------------------------------
+
+
+def _run(tmp_path, name, points, gpu=None):
+    run = create_run(name, out=tmp_path / name)
+    if gpu:
+        run.update_meta(gpu=gpu)
+    PointStore(run.path).append(points)
+    return run.path
+
+
+def _timed(m, us, p10, p90, **kw):
+    return _point(m=m, us_graph=us, us_graph_p10=p10, us_graph_p90=p90, **kw)
+
+
+def test_read_runs_gives_one_dtype_per_column(tmp_path):
+    a = _run(tmp_path, "a", [_point(), _point(op="decode_step", variant="x", n=None, k=None, bias=True)])
+    b = _run(tmp_path, "b", [_point(m=3, floor_us=None, bias=False)])
+    df = read_runs([a, b])
+    assert str(df["n"].dtype) == "Int64" and df["n"].isna().sum() == 1
+    assert df["floor_us"].dtype == "float64" and str(df["bias"].dtype) == "boolean"
+
+
+def test_compare_known_ratios_and_verdicts(tmp_path):
+    a = _run(tmp_path, "a", [
+        _timed(1, 100, 99, 101), _timed(2, 100, 99, 101), _timed(4, 100, 90, 110), _timed(8, 100, 99, 101),
+        _timed(16, 100, 99, 101), _timed(32, 100, 99, 101),
+        _point(m=64, us_graph=None, us_eager=200.0, us_eager_p10=198.0, us_eager_p90=202.0)])
+    b = _run(tmp_path, "b", [
+        _timed(1, 80, 79, 81),         # 0.8, bands apart: win
+        _timed(2, 120, 119, 121),      # 1.2: loss
+        _timed(4, 95, 85, 105),        # 0.95 but the bands overlap: noise
+        _timed(8, 102.5, 102, 103),    # bands apart but 2.5% < min_band 3%: noise
+        _point(m=16, status="failed", error="boom"),
+        _point(m=64, us_graph=None, us_eager=100.0, us_eager_p10=99.0, us_eager_p90=101.0),  # eager only: win
+        _timed(128, 100, 99, 101)])    # only in B
+    from labkit.results import compare_runs, compare_summary
+
+    cmp = compare_runs(a, b).set_index("m")
+    assert cmp.loc[1, "ratio"] == pytest.approx(0.8) and cmp.loc[1, "verdict"] == "win"
+    assert cmp.loc[1, "ratio_lo"] == pytest.approx(79 / 101) and cmp.loc[1, "ratio_hi"] == pytest.approx(81 / 99)
+    assert cmp.loc[2, "ratio"] == pytest.approx(1.2) and cmp.loc[2, "verdict"] == "loss"
+    assert cmp.loc[4, "verdict"] == "noise" and cmp.loc[8, "verdict"] == "noise"
+    assert cmp.loc[16, "verdict"] == "n/a" and pd.isna(cmp.loc[16, "ratio"]) and cmp.loc[16, "status_b"] == "failed"
+    assert cmp.loc[64, "metric"] == "us_eager" and cmp.loc[64, "ratio"] == pytest.approx(0.5)
+    assert cmp.loc[64, "verdict"] == "win" and cmp.loc[1, "metric"] == "us_graph"
+    assert 32 not in cmp.index and 128 not in cmp.index
+    assert cmp.attrs["only_a"] == 1 and cmp.attrs["only_b"] == 1
+    assert compare_runs(a, b, min_band=0.02).set_index("m").loc[8, "verdict"] == "loss"
+    assert "6 points in both runs" in compare_summary(compare_runs(a, b))
+
+
+def test_compare_needs_matching_shape_and_unique_keys(tmp_path):
+    from labkit.results import compare_runs
+
+    a = _run(tmp_path, "a", [_point(shape="lm_head")])
+    b = _run(tmp_path, "b", [_point(shape="other")])  # same n/k, another shape: not the same problem here
+    assert compare_runs(a, b).empty
+    dup = pd.concat([read_runs([a])] * 2, ignore_index=True)
+    with pytest.raises(ValueError, match="points with the same key"):
+        compare_runs(dup, a)
+
+
+def test_list_runs_counts_statuses(tmp_path):
+    from labkit.results import list_runs
+
+    _run(tmp_path, "r1", [_point(), _point(m=2, status="incorrect"), _point(m=3, status="failed")], gpu="H100")
+    _run(tmp_path, "r2", [_point(op="moe_layer", experts=8, top_k=2, routing="uniform")])
+    (tmp_path / "not_a_run").mkdir()
+    df = list_runs(tmp_path).set_index("run_id")
+    assert list(df.index) == ["r1", "r2"]
+    assert df.loc["r1", ["points", "ok", "incorrect", "failed"]].tolist() == [3, 1, 1, 1]
+    assert df.loc["r1", "gpu"] == "H100" and df.loc["r2", "gpu"] == "cpu" and df.loc["r2", "ops"] == "moe_layer 1"
+
+
+def test_query_sql_over_runs(tmp_path):
+    from labkit.results import query
+
+    a = _run(tmp_path, "a", [_timed(1, 10, 9, 11), _timed(2, 20, 19, 21)])
+    b = _run(tmp_path, "b", [_timed(1, 5, 4, 6), _point(m=2, status="failed")])
+    df = query("SELECT run_id, count(*) AS n, min(us_graph) AS best FROM points WHERE status = 'ok' "
+               "GROUP BY run_id ORDER BY run_id", runs=[a, b])
+    assert df.to_dict("records") == [{"run_id": "a", "n": 2, "best": 10.0}, {"run_id": "b", "n": 1, "best": 5.0}]
+    assert query("SELECT failed FROM runs WHERE run_id = 'b'", runs=[a, b])["failed"].tolist() == [1]
+
+
+def test_best_table_uses_each_ops_baseline(tmp_path):
+    from labkit.results import best_table
+
+    moe = {"op": "moe_layer", "n": 128, "k": 64, "experts": 8, "top_k": 2, "routing": "uniform", "model": "tiny"}
+    df = read_runs([_run(tmp_path, "a", [
+        _timed(1, 10, 9, 11, shape="lm_head"), _timed(1, 30, 29, 31, variant="cublas_bf16", config={}, shape="lm_head"),
+        _point(**moe, variant="moe_gemv", us_graph=20.0), _point(**moe, variant="torch_bf16", config={}, us_graph=50.0),
+        _point(**{**moe, "routing": "all_to_one"}, variant="moe_gemv", us_graph=40.0)])])
+    best = best_table(df)
+    lin = best[best["op"] == "linear"].iloc[0]
+    assert lin["best"] == "gemv" and lin["baseline"] == "cublas_bf16" and lin["vs_baseline"] == pytest.approx(3.0) and lin["problem"] == "lm_head"
+    uni = best[(best["op"] == "moe_layer") & (best["routing"] == "uniform")].iloc[0]
+    assert uni["baseline"] == "torch_bf16" and uni["vs_baseline"] == pytest.approx(2.5) and uni["problem"] == "tiny"
+    skew = best[best["routing"] == "all_to_one"].iloc[0]
+    assert pd.isna(skew["vs_baseline"])  # no torch_bf16 point under that routing
+
+
+def test_best_table_on_the_committed_moe_run():
+    from labkit.results import best_table, find_runs
+
+    runs = [p for p in find_runs() if p.name.endswith("moe_gptoss")]
+    if not runs:
+        pytest.skip("no committed moe_gptoss run")
+    best = best_table(read_runs(runs[:1]))
+    moe = best[best["op"] == "moe_layer"]
+    assert set(moe["baseline"]) == {"torch_bf16"} and moe["vs_baseline"].notna().all()
+    assert {"gpt-oss-120b", "gpt-oss-20b"} <= set(moe["problem"]) and "all_to_one" in set(moe["routing"])
+
+
+def test_reference_runs_pick_the_most_overlap(tmp_path):
+    from labkit.results import reference_runs
+
+    fresh = _run(tmp_path, "fresh", [_point(m=m) for m in (1, 2, 3)])
+    one = _run(tmp_path, "one", [_point(m=1)])
+    two = _run(tmp_path, "two", [_point(m=1), _point(m=2), _point(m=9)])
+    _run(tmp_path, "none", [_point(m=7)])
+    assert reference_runs(fresh, candidates=[one, two, tmp_path / "none", fresh]) == {"linear": two}
+    assert reference_runs(fresh, candidates=[tmp_path / "none"]) == {}

@@ -1,0 +1,105 @@
+"""Sweeps on the CPU end to end: measured points, a config that raises, a killed sweep resumed."""
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from labkit.results import KEY_COLUMNS, PointStore, best_table, point_key, read_runs
+from labkit.sweep import expand_linear, run_sweep
+
+#: 2 gemv configs at 2 token counts + the cuBLAS baseline: 6 small points through the interpreter
+TINY = {"name": "tiny_linear", "op": "linear", "shapes": {"t": [48, 64]}, "m": [1, 2],
+        "baselines": ["cublas_bf16"],
+        "variants": {"gemv": {"BLOCK_M": "auto", "BLOCK_N": [16, 32], "BLOCK_K": [64], "num_warps": [4],
+                              "num_stages": [1]}}}
+
+
+def test_small_sweep_end_to_end(tmp_path, capsys):
+    path = run_sweep(TINY, out=tmp_path / "run", progress=False)
+    df = read_runs([path])
+    assert len(df) == 6 and set(df["status"]) == {"ok"}
+    assert (df["us_eager"] > 0).all() and (df["us_eager_p10"] <= df["us_eager_p90"]).all()
+    assert not df[KEY_COLUMNS].astype(str).duplicated().any()
+    meta = yaml.safe_load((path / "meta.json").read_text())
+    assert meta["finished"] and meta["parameters"]["specs"]["tiny_linear"]["op"] == "linear"
+    best = best_table(df)
+    assert set(best["best"]) == {"gemv"} and best["vs_baseline"].notna().all()
+    run_sweep(TINY, resume=path, progress=False)  # nothing left to measure
+    assert len(PointStore(path).read()) == 6
+    assert "6 already stored, 0 to measure" in capsys.readouterr().out
+
+
+def test_config_that_raises_is_recorded_failed(tmp_path, monkeypatch):
+    from kernels import VARIANTS
+
+    gemv = VARIANTS["gemv"]
+
+    def launcher(*args, **cfg):
+        if cfg["BLOCK_N"] == 32:
+            raise RuntimeError("launch rejected: BLOCK_N=32 (test)")
+        return gemv.fn(*args, **cfg)
+
+    monkeypatch.setitem(VARIANTS, "gemv", dataclasses.replace(gemv, fn=launcher))
+    df = read_runs([run_sweep(TINY, out=tmp_path / "run", progress=False)])
+    assert len(df) == 6
+    bad = df[df["config"].str.contains('"BLOCK_N": 32')]
+    assert len(bad) == 2 and set(bad["status"]) == {"failed"}
+    assert bad["error"].str.contains("RuntimeError: launch rejected").all() and bad["us_eager"].isna().all()
+    assert set(df.drop(bad.index)["status"]) == {"ok"}
+
+
+def test_shapes_with_the_same_dims_are_refused():
+    spec = {**TINY, "shapes": {"a": [48, 64], "b": [48, 64]}}
+    with pytest.raises(ValueError, match="shapes 'a' and 'b' are both"):
+        expand_linear(spec, on_gpu=True)
+
+
+def test_resume_skips_stored_route_points(tmp_path, monkeypatch):
+    from labkit import bench_moe
+
+    path = run_sweep("route_gptoss", out=tmp_path / "run", progress=False)
+    assert len(PointStore(path).read()) == 2
+
+    def boom(*a, **k):
+        raise AssertionError("a stored route point was measured again")
+
+    monkeypatch.setattr(bench_moe, "measure_route", boom)
+    run_sweep("route_gptoss", resume=path, progress=False)
+    assert len(PointStore(path).read()) == 2
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
+    spec = {**TINY, "m": [1, 2, 3, 4, 5, 6]}  # 18 points
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "sweep", str(spec_file), "--out", str(run_dir),
+                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = PointStore(run_dir)
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store.path.exists() and len(store.read()) >= 3:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the sweep stored no points in time" if proc.poll() is None else "the sweep ended first")
+    finally:
+        proc.kill()
+        proc.wait()
+    before = store.read()
+    expected = {point_key(c.key()) for c in expand_linear(spec, on_gpu=False)}
+    assert len(expected) == 18 and 3 <= len(before) < 18, "killed part way"
+
+    run_sweep(str(spec_file), resume=run_dir, progress=False)
+    after = store.read()
+    keys = [point_key(r) for r in after.to_dict("records")]
+    assert len(keys) == len(set(keys)) == 18 and set(keys) == expected  # none lost, none stored twice
+    stored_first = after.iloc[: len(before)].reset_index(drop=True)
+    cols = [*KEY_COLUMNS, "status", "us_eager"]
+    assert stored_first[cols].astype(str).equals(before[cols].astype(str))  # earlier points untouched
