@@ -116,3 +116,19 @@ def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     first_m = (pid // width) * GROUP_M
     size_m = tl.minimum(grid_m - first_m, GROUP_M)
     return first_m + (pid % width) % size_m, (pid % width) // size_m
+
+
+@triton.jit
+def gemv_products(v, xp, xm):
+    """CUDA-core partial sums: for weight words v [R, W] and activation pointers xp [M, W] (element 8w of each
+    word; masked by xm), sum_e W[r, 8w + e] * x[m, 8w + e] as fp32 [M, R, W], still times 2^-14 (F16_TRICK)."""
+    a, b, c, d = e2m1_pairs(v)
+    p = half_lo(a)[None] * tl.load(xp + 0, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(b)[None] * tl.load(xp + 1, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(c)[None] * tl.load(xp + 2, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_lo(d)[None] * tl.load(xp + 3, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(a)[None] * tl.load(xp + 4, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(b)[None] * tl.load(xp + 5, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(c)[None] * tl.load(xp + 6, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p += half_hi(d)[None] * tl.load(xp + 7, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    return p

@@ -24,8 +24,7 @@ from __future__ import annotations
 import torch
 
 from ._triton import INTERPRETED, tl, triton
-from .decode import (F16_TRICK, decode_bf16, e2m1_pairs, e8m0_to_f32, grouped_tile, half_hi, half_lo, round_to_e4m3,
-                     tc_dot)
+from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_tc16
 from .prepare import PreparedMXFP4, prepare_mxfp4
@@ -91,16 +90,7 @@ def _gemv_step(acc, t, x_ptr, w_ptr, s_ptr, rm, rn, rw, mmask, nmask, KW, KB, st
         xm = mmask[:, None]
     v = tl.load(w_ptr + rn[:, None] * KW + kw[None, :], mask=wm, other=0).to(tl.uint32, bitcast=True)
     s = tl.load(s_ptr + rn[:, None] * KB + (kw // 4)[None, :], mask=wm, other=0)
-    a, b, c, d = e2m1_pairs(v)
-    xp = x_ptr + rm[:, None] * stride_xm + (kw * 8)[None, :]
-    p = half_lo(a)[None] * tl.load(xp + 0, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_lo(b)[None] * tl.load(xp + 1, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_lo(c)[None] * tl.load(xp + 2, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_lo(d)[None] * tl.load(xp + 3, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_hi(a)[None] * tl.load(xp + 4, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_hi(b)[None] * tl.load(xp + 5, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_hi(c)[None] * tl.load(xp + 6, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-    p += half_hi(d)[None] * tl.load(xp + 7, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+    p = gemv_products(v, x_ptr + rm[:, None] * stride_xm + (kw * 8)[None, :], xm)
     return acc + p * e8m0_to_f32(s)[None]
 
 

@@ -24,7 +24,7 @@ import math
 import torch
 
 from ._triton import tl, triton
-from .decode import F16_TRICK, decode_bf16, e2m1_pairs, e8m0_to_f32, half_hi, half_lo, tc_dot
+from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
@@ -106,17 +106,8 @@ def _moe_gemv_kernel(a_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                 km = kw < KW
                 v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
                 s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=0)
-                a, b, c, d = e2m1_pairs(v)
-                xp = a_ptr + src[:, None].to(tl.int64) * K + (kw * 8)[None, :]
-                xm = mmask[:, None] & km[None, :]
-                p = half_lo(a)[None] * tl.load(xp + 0, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_lo(b)[None] * tl.load(xp + 1, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_lo(c)[None] * tl.load(xp + 2, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_lo(d)[None] * tl.load(xp + 3, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_hi(a)[None] * tl.load(xp + 4, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_hi(b)[None] * tl.load(xp + 5, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_hi(c)[None] * tl.load(xp + 6, mask=xm, other=0.0).to(tl.float32)[:, None, :]
-                p += half_hi(d)[None] * tl.load(xp + 7, mask=xm, other=0.0).to(tl.float32)[:, None, :]
+                p = gemv_products(v, a_ptr + src[:, None].to(tl.int64) * K + (kw * 8)[None, :],
+                                  mmask[:, None] & km[None, :])
                 acc += p * e8m0_to_f32(s)[None]
             out = tl.sum(acc, axis=2) * F16_TRICK
             _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N)

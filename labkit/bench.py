@@ -214,7 +214,7 @@ class LinearBench:
 
 def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed: int = 0, reps: int = 25) -> dict:
     """One point row (DESIGN.md schema): check, then time; failures and wrong results are recorded, not raised."""
-    from .roofline import frac_of_floor, floor_us, linear_cost
+    from .roofline import linear_cost
 
     lossy = bool(VARIANTS[case.variant].extra.get("lossy_activations")) if case.variant in VARIANTS else False
     weight_fmt = "bf16" if case.variant == "cublas_bf16" else "mxfp4"
@@ -232,11 +232,24 @@ def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed:
         row.update(time_calls(calls, reps=reps))
         row["status"] = "ok"
     except Exception as e:  # a config that cannot compile or launch is a result too
-        row["error"] = f"{type(e).__name__}: {_first_line(e)}"
-        row["traceback"] = traceback.format_exc(limit=3)[-2000:]
-        if ON_GPU:
-            torch.cuda.synchronize()
-        return row
+        return record_failure(row, e)
+    return add_floor(row, cost, ceilings)
+
+
+def record_failure(row: dict, e: Exception) -> dict:
+    """Store why a point failed (first line and a short traceback) and keep the sweep going."""
+    row["status"] = "failed"
+    row["error"] = f"{type(e).__name__}: {_first_line(e)}"
+    row["traceback"] = traceback.format_exc(limit=3)[-2000:]
+    if ON_GPU:
+        torch.cuda.synchronize()
+    return row
+
+
+def add_floor(row: dict, cost, ceilings) -> dict:
+    """Floor, fraction of the floor and achieved rates of a timed point (GPU runs with measured ceilings)."""
+    from .roofline import floor_us, frac_of_floor
+
     if ceilings is not None and row.get("us_graph"):
         row["floor_us"] = floor_us(cost, ceilings)
         row["frac_of_floor"] = frac_of_floor(row, ceilings)

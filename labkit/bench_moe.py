@@ -8,7 +8,6 @@ statistics, until one replay has streamed >= 4x the L2. The floor counts only th
 from __future__ import annotations
 
 import math
-import traceback
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +16,7 @@ from kernels import VARIANTS, MXFP4Tensor, Routing, moe_mxfp4, mxfp4_to_dense, r
 from kernels.reference import reference_moe
 
 from . import routing as routing_gen
-from .bench import ON_GPU, _first_line, _rel_err, device, l2_bytes, random_mxfp4, time_calls
+from .bench import ON_GPU, _first_line, _rel_err, add_floor, device, l2_bytes, random_mxfp4, record_failure, time_calls
 
 #: the MoE output goes through two bf16 intermediates (act, per-slot y) besides the bf16 output; with the
 #: interpreter's truncating bf16 casts that reaches ~9e-3 on CPU, far below the >= 1e-1 of any real bug.
@@ -156,7 +155,7 @@ def check_moe(case: MoECase, bench: MoEBench, sample, *, seed: int, check_tokens
 
 def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0, reps: int = 20) -> dict:
     """One moe_layer point: check on fresh data, then time replays over relabeled routings."""
-    from .roofline import floor_us, frac_of_floor, moe_cost
+    from .roofline import moe_cost
 
     sample = routing_gen.generate(case.routing, case.tokens, bench.E, bench.k, seed=seed)
     st = sample.stats()
@@ -176,18 +175,9 @@ def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0,
         row["touched_mb_per_replay"] = touched / 1e6
         row.update(time_calls(calls, reps=reps))
         row["status"] = "ok"
-    except Exception as e:
-        row["error"] = f"{type(e).__name__}: {_first_line(e)}"
-        row["traceback"] = traceback.format_exc(limit=3)[-2000:]
-        if ON_GPU:
-            torch.cuda.synchronize()
-        return row
-    if ceilings is not None and row.get("us_graph"):
-        row["floor_us"] = floor_us(cost, ceilings)
-        row["frac_of_floor"] = frac_of_floor(row, ceilings)
-        row["gbps"] = cost.bytes / row["us_graph"] / 1e3
-        row["tflops"] = cost.flops / row["us_graph"] / 1e6
-    return row
+    except Exception as e:  # a config that cannot compile or launch is a result too
+        return record_failure(row, e)
+    return add_floor(row, cost, ceilings)
 
 
 def measure_route(model: str, tokens: int, *, seed: int = 0, reps: int = 20) -> dict:
