@@ -199,7 +199,8 @@ class MXFP4Tensor:
         lead, kb = self.shape[:-1], self.shape[-1] // MX_BLOCK
         if tuple(self.blocks.shape) != (*lead, kb, 16):
             raise ValueError(
-                f"blocks must have shape {(*lead, kb, 16)} for logical shape {self.shape}, got {tuple(self.blocks.shape)}"
+                f"blocks must have shape {(*lead, kb, 16)} for logical shape {self.shape}, "
+                f"got {tuple(self.blocks.shape)}"
             )
         if tuple(self.scales.shape) != (*lead, kb):
             raise ValueError(

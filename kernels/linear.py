@@ -328,8 +328,8 @@ _BF16_WINDOW = rule_scale_window(14, 240)
 
 register(Variant(
     name="gemv", kind="gemv", op="linear", fn=_run_gemv,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64, 128), "BLOCK_K": (64, 128, 256, 512), "num_warps": (2, 4, 8),
-           "num_stages": (1, 2)},
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64, 128), "BLOCK_K": (64, 128, 256, 512),
+           "num_warps": (2, 4, 8), "num_stages": (1, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_gemv_registers),
     description="CUDA cores, one program per BLOCK_N rows over all K, tokens of a BLOCK_M tile inside",

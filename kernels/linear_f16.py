@@ -136,7 +136,7 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
     if PREFETCH:  # the next weight tile is loaded before the current one is used (register double buffer)
         v = tl.load(wp)
         s = tl.load(sp)
-        for t in range(0, full - 1):
+        for _ in range(0, full - 1):
             v_next = tl.load(wp + BLOCK_K // 8)
             s_next = tl.load(sp + BLOCK_K // 32)
             acc = _h2_step(acc, v, s, xp, rw, False)
@@ -151,7 +151,7 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
             sp += BLOCK_K // 32
             xp += BLOCK_K // 2
     else:
-        for t in range(0, full):
+        for _ in range(0, full):
             acc = _h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
             wp += BLOCK_K // 8
             sp += BLOCK_K // 32
@@ -164,7 +164,8 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
     out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: e8m0_times_2 doubled the scales
     if HAS_BIAS:
         out += tl.load(b_ptr + rn_c).to(tl.float32)[None, :]
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(tl.bfloat16), mask=(rm < M)[:, None] & (rn < N)[None, :])
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(tl.bfloat16),
+             mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
 @triton.jit(do_not_specialize=["SMAX"])

@@ -28,8 +28,17 @@ from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
-from .variants import (Variant, get_variant, register, rule_block_k_multiple_of_32, rule_dot_k, rule_gemv_registers,
-                       rule_mma_registers, rule_pow2, rule_scale_window)
+from .variants import (
+    Variant,
+    get_variant,
+    register,
+    rule_block_k_multiple_of_32,
+    rule_dot_k,
+    rule_gemv_registers,
+    rule_mma_registers,
+    rule_pow2,
+    rule_scale_window,
+)
 
 # ------------------------------------------------------------------------------------------------------------
 # Epilogues shared by both variants

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import MXFP4Tensor, dequantize_mxfp4, _check_tensor, _FLOATS
+from .formats import _FLOATS, MXFP4Tensor, _check_tensor, dequantize_mxfp4
 
 
 def _dense(w, name: str) -> torch.Tensor:
@@ -60,7 +60,8 @@ def _routing_ids_weights(routing, num_tokens: int, num_experts: int, k: int | No
     """Accept router logits [T, E], an (ids, weights) pair, or any object with .ids and .weights."""
     if isinstance(routing, torch.Tensor):
         if routing.dim() != 2 or routing.shape != (num_tokens, num_experts):
-            raise ValueError(f"routing logits must have shape ({num_tokens}, {num_experts}), got {tuple(routing.shape)}")
+            raise ValueError(f"routing logits must have shape ({num_tokens}, {num_experts}), "
+                             f"got {tuple(routing.shape)}")
         if k is None:
             raise ValueError("k is required when routing is given as router logits")
         return topk_softmax(routing, k)
@@ -77,7 +78,8 @@ def _routing_ids_weights(routing, num_tokens: int, num_experts: int, k: int | No
             f"ids and weights must both have shape ({num_tokens}, k), got {tuple(ids.shape)} and {tuple(weights.shape)}"
         )
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_experts):
-        raise ValueError(f"ids: expert id out of range 0..{num_experts - 1} (min {int(ids.min())}, max {int(ids.max())})")
+        lo, hi = int(ids.min()), int(ids.max())
+        raise ValueError(f"ids: expert id out of range 0..{num_experts - 1} (min {lo}, max {hi})")
     return ids, weights.to(torch.float32)
 
 

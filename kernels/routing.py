@@ -95,8 +95,9 @@ def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted
         ids = tl.where(rj[None, :] == j, a[:, None], ids)
         vals = tl.where(rj[None, :] == j, m[:, None], vals)
         lg = tl.where(re[None, :] == a[:, None], float("-inf"), lg)
-    ex = tl.where(rj[None, :] < K, tl.exp(vals - tl.max(vals, axis=1)[:, None]), 0.0)
-    w = ex / tl.sum(ex, axis=1)[:, None]
+    top = tl.where(tm, tl.max(vals, axis=1), 0.0)  # padded tokens: keep their (unstored) math finite
+    ex = tl.where((rj[None, :] < K) & tm[:, None], tl.exp(vals - top[:, None]), 0.0)
+    w = ex / tl.maximum(tl.sum(ex, axis=1), 1e-30)[:, None]
     jm = tm[:, None] & (rj < K)[None, :]
     tl.store(ids_ptr + rt[:, None] * K + rj[None, :], ids, mask=jm)
     tl.store(w_ptr + rt[:, None] * K + rj[None, :], w, mask=jm)

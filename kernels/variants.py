@@ -8,8 +8,8 @@ MoE problems add experts, top_k and tokens.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 KINDS = ("gemv", "gemm", "moe")
 

@@ -14,8 +14,8 @@ import math
 import statistics
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 

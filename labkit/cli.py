@@ -21,10 +21,12 @@ def cmd_info(args) -> int:
         ("gpu", gpu),
     ]
     if env["gpu"]:
-        rows += [("sm_count", env["sm_count"]), ("l2", f"{env['l2_bytes'] / 2**20:.0f} MiB" if env["l2_bytes"] else "?"),
-                 ("capability", env["capability"]), ("driver", env["driver"]), ("cuda", env["cuda"])]
+        l2 = f"{env['l2_bytes'] / 2**20:.0f} MiB" if env["l2_bytes"] else "?"
+        rows += [("sm_count", env["sm_count"]), ("l2", l2), ("capability", env["capability"]),
+                 ("driver", env["driver"]), ("cuda", env["cuda"])]
     rows += [("triton", f"{env['triton']} ({env['triton_mode']})")]
-    rows += [(p, env[p] or "not installed") for p in ("torch", "numpy", "pandas", "pyarrow", "plotly", "papermill", "nvtx")]
+    rows += [(p, env[p] or "not installed")
+             for p in ("torch", "numpy", "pandas", "pyarrow", "plotly", "papermill", "nvtx")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

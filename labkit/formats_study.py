@@ -109,7 +109,10 @@ def error_histograms(x: torch.Tensor, formats: tuple[str, ...] = ("mxfp4/floor",
 
     errs = {}
     for f in formats:
-        y = dequantize_nvfp4(quantize_nvfp4(x)) if f == "nvfp4" else dequantize_mxfp4(quantize_mxfp4(x, rounding=f.split("/")[1]))
+        if f == "nvfp4":
+            y = dequantize_nvfp4(quantize_nvfp4(x))
+        else:
+            y = dequantize_mxfp4(quantize_mxfp4(x, rounding=f.split("/")[1]))
         errs[f] = (y - x).abs().reshape(-1).to(torch.float64).numpy()
     nz = np.concatenate([e[e > 0] for e in errs.values()])
     lo, hi = (float(nz.min()), float(nz.max())) if nz.size else (1e-8, 1.0)

@@ -226,7 +226,8 @@ def gpu_table():
     return pd.DataFrame([{
         "key": s.key, "name": s.name, "mem_bw_gbps": s.mem_bw_gbps, "l2_mib": round(s.l2_bytes / MiB, 1),
         "sm_count": s.sm_count, "bf16_tflops": s.peak_tflops.get("bf16"), "fp8_tflops": s.peak_tflops.get("fp8"),
-        "fp4_tflops": s.peak_tflops.get("fp4"), "ridge_flop_per_byte": round(s.peak_tflops["bf16"] * 1e3 / s.mem_bw_gbps),
+        "fp4_tflops": s.peak_tflops.get("fp4"),
+        "ridge_flop_per_byte": round(s.peak_tflops["bf16"] * 1e3 / s.mem_bw_gbps),
         "source": s.source,
     } for s in _SPECS])
 

@@ -405,7 +405,8 @@ def lm_head_across_gpus(model: str = "gpt-oss-120b", *, batch: int = 1, context:
     rows = []
     for key in gpus or GPUS:
         ceil = datasheet_ceilings(GPUS[key])
-        bf, mx = (model_step(model, batch=batch, context=context, mxfp4_lm_head=m, ceilings=ceil) for m in (False, True))
+        bf, mx = (model_step(model, batch=batch, context=context, mxfp4_lm_head=m, ceilings=ceil)
+                  for m in (False, True))
         rows.append({"gpu": key, "mem_bw_gbps": ceil.read_gbps,
                      "lm_head_bf16_ms": bf.component_floor_us["lm_head"] / 1e3,
                      "lm_head_mxfp4_ms": mx.component_floor_us["lm_head"] / 1e3,

@@ -75,7 +75,8 @@ def roofline_chart(ceilings: Ceilings, points: pd.DataFrame | None = None, *,
         i = cost.intensity()
         fig.add_trace(go.Scatter(x=[i], y=[attainable_tflops(i, ceilings)], mode="markers", name=f"floor: {name}",
                                  marker={"symbol": "diamond", "size": 10},
-                                 hovertemplate=f"{name}<br>%{{x:.3g}} flop/B, at most %{{y:.4g}} TFLOP/s<extra></extra>"))
+                                 hovertemplate=f"{name}<br>%{{x:.3g}} flop/B, "
+                                               "at most %{y:.4g} TFLOP/s<extra></extra>"))
     if rates is not None and len(rates):
         group = rates["variant"].astype(str) if "variant" in rates.columns else pd.Series("measured", rates.index)
         for variant, df in rates.groupby(group):

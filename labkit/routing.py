@@ -43,7 +43,8 @@ def parse(name: str) -> tuple[str, list[float]]:
     """'hot(0.5,4)' -> ('hot', [0.5, 4.0]); bare names have no arguments."""
     m = re.fullmatch(r"\s*([a-z_]+)\s*(?:\((.*)\))?\s*", name)
     if not m or m.group(1) not in KINDS:
-        raise ValueError(f"routing must be one of {', '.join(KINDS)} (with arguments where they take them), got {name!r}")
+        raise ValueError(f"routing must be one of {', '.join(KINDS)} (with arguments where they take them), "
+                         f"got {name!r}")
     args = [float(a) for a in m.group(2).split(",")] if m.group(2) else []
     return m.group(1), args
 

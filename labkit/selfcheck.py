@@ -8,9 +8,9 @@ import torch
 from kernels import VARIANTS, mxfp4_linear
 from kernels.linear import linear_problem
 from kernels.prepare import prepare_mxfp4
+from kernels.reference import reference_linear
 
 from .bench import TOL, TOL_LOSSY, _rel_err, device, random_mxfp4
-from kernels.reference import reference_linear
 
 #: N and K chosen to be multiples of no tile; M odd.
 SHAPES = ((3, 200, 160), (1, 72, 96), (17, 40, 288))
@@ -78,8 +78,8 @@ def selfcheck_moe(seed: int = 0) -> list[dict]:
                                  "error": f"{type(e).__name__}: {e}"[:300]})
     for T, E in ((1, 128), (5, 32), (64, 128), (200, 32)):  # the fused router and the torch path
         from kernels import route
-        from kernels.routing import _bookkeeping
         from kernels.reference import topk_softmax
+        from kernels.routing import _bookkeeping
 
         lg = torch.randn(T, E, generator=torch.Generator(device=dev).manual_seed(E + T), device=dev)
         a, b = route(lg, 4), _bookkeeping(*topk_softmax(lg, 4), E)

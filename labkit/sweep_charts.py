@@ -102,7 +102,8 @@ def _panels(d: pd.DataFrame, facet: str, y: str, *, floor: str | None, title: st
             fl = floors[floors[facet] == f].groupby("m", as_index=False)["floor_us"].min()
             if len(fl):
                 fig.add_trace(go.Scatter(x=fl["m"], y=fl["floor_us"], mode="lines", name="floor (MXFP4)",
-                                         legendgroup="floor", showlegend=i == 0, line={"color": "black", "dash": "dash"},
+                                         legendgroup="floor", showlegend=i == 0,
+                                         line={"color": "black", "dash": "dash"},
                                          hovertemplate="%{x} tokens: floor %{y:.4g} µs<extra></extra>"), row=r, col=c)
         elif floor == "one":
             ms = sorted(sub["m"].unique())
@@ -227,7 +228,8 @@ def compare_chart(cmp: pd.DataFrame, *, title: str | None = None):
     fig = go.Figure()
     ms = sorted(d["m"].unique())
     fig.add_trace(go.Scatter(x=[ms[0] / 1.3, ms[-1] * 1.3, ms[-1] * 1.3, ms[0] / 1.3], y=[1 - band, 1 - band,
-                             1 + band, 1 + band], mode="lines", fill="toself", fillcolor="rgba(128,128,128,0.2)", line={"width": 0},
+                             1 + band, 1 + band], mode="lines", fill="toself", fillcolor="rgba(128,128,128,0.2)",
+                             line={"width": 0},
                              name=f"±{band:.0%} (min band)", hoverinfo="skip"))
     symbols = {"win": "triangle-down", "loss": "triangle-up", "noise": "circle-open"}
     for i, v in enumerate(variants):

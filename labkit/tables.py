@@ -104,7 +104,7 @@ def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
     for key, g in df.groupby(pcols + ["m"]):
         variant, cfg_d = pick(tables, op, g.iloc[0])
         cfg = json.dumps(cfg_d, sort_keys=True)
-        picked = g[(g["variant"] == variant) & (g["config"].map(lambda c: _same_config(c, cfg_d)))]
+        picked = g[(g["variant"] == variant) & g["config"].map(lambda c, want=cfg_d: _same_config(c, want))]
         best = g["t"].min()
         out.append({**dict(zip(pcols + ["m"], key)), "auto_variant": variant, "auto_config": cfg,
                     "best_variant": g.loc[g["t"].idxmin(), "variant"], "best_us": best,

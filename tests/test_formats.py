@@ -203,7 +203,8 @@ def test_mxfp4_matches_gguf(dist):
     g = torch.Generator().manual_seed(11)
     x = torch.randn(64, 512, generator=g)
     if dist == "wide":  # blocks spanning many binades
-        x = x * torch.exp2(torch.randint(-20, 20, (64, 16, 1), generator=g).float()).repeat_interleave(32, -1).reshape(64, 512)
+        binade = torch.exp2(torch.randint(-20, 20, (64, 16, 1), generator=g).float())
+        x = x * binade.repeat_interleave(32, -1).reshape(64, 512)
     ours = K.to_ggml_bytes(K.quantize_mxfp4(x, layout="ggml", rounding="floor")).reshape(64, -1)
     theirs = torch.from_numpy(gq.quantize(x.numpy(), gguf.GGMLQuantizationType.MXFP4))
     assert torch.equal(_clear_negative_zero(ours.reshape(64, 16, 17)), _clear_negative_zero(theirs.reshape(64, 16, 17)))

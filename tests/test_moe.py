@@ -89,7 +89,7 @@ def test_auto_picks_a_valid_variant(tokens, layer):
     problem = moe_problem(tokens, r, K.prepare_mxfp4(w1), K.prepare_mxfp4(w2))
     name, cfg = pick_moe(problem)
     assert MOE[name].reason({**MOE[name].defaults, **cfg}, problem) is None
-    for _, n, c in MOE_TABLE:
+    for _, n, _cfg in MOE_TABLE:
         assert n in MOE
 
 

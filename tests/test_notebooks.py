@@ -23,7 +23,8 @@ def test_notebook_is_clean_in_git(nb):
 def test_notebook_executes(nb, tmp_path):
     out = execute_notebook(str(nb), tmp_path)
     cells = json.loads(out.read_text())["cells"]
-    errors = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [o for c in cells if c["cell_type"] == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert list(tmp_path.glob("*.html")), "the notebook exports its charts into out_dir"
 

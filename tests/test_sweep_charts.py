@@ -62,7 +62,8 @@ def test_skew_panels_one_per_routing():
     rows = []
     for rt in ("uniform", "all_to_one", "zipf(1.2)"):
         for m in (1, 8):
-            rows.append({"op": "moe_layer", "variant": "moe_gemv", "config": '{"BLOCK_M": 1}', "m": m, "n": 128, "k": 64,
+            rows.append({"op": "moe_layer", "variant": "moe_gemv", "config": '{"BLOCK_M": 1}', "m": m, "n": 128,
+                         "k": 64,
                          "experts": 8, "top_k": 2, "routing": rt, "status": "ok", "model": "tiny",
                          "us_graph": 5.0 * m, "floor_us": 1.0 * m})
     fig = sc.skew_panels(pd.DataFrame(rows), model="tiny")
@@ -71,7 +72,8 @@ def test_skew_panels_one_per_routing():
 
 
 def test_compare_chart_marks_verdicts():
-    a = _frame(floor=True).assign(us_graph_p10=lambda d: d["us_graph"] * 0.99, us_graph_p90=lambda d: d["us_graph"] * 1.01)
+    a = _frame(floor=True).assign(us_graph_p10=lambda d: d["us_graph"] * 0.99,
+                                  us_graph_p90=lambda d: d["us_graph"] * 1.01)
     b = a.copy()
     b.loc[b["variant"] == "gemv", ["us_graph", "us_graph_p10", "us_graph_p90"]] *= 0.5
     cmp = compare_runs(a, b)

@@ -296,7 +296,8 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
     moe_share = float(breakdown.loc[breakdown["component"] == "moe", "share"].sum())
 
     status, rel, parity = "ok", None, None
-    reference = Backends(moe="torch-w4a8" if backends.moe == "torch-w4a8" else "torch", lm_head="bf16" if backends.lm_head == "bf16" else "mxfp4-torch",
+    reference = Backends(moe="torch-w4a8" if backends.moe == "torch-w4a8" else "torch",
+                         lm_head="bf16" if backends.lm_head == "bf16" else "mxfp4-torch",
                          lm_head_rounding=backends.lm_head_rounding)
     if check and reference != backends:
         parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
