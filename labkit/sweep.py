@@ -53,8 +53,12 @@ def _token_tile(values: tuple, m: int) -> int:
     return fits[0] if fits else max(values)
 
 
-def variant_configs(name: str, grid: dict, problem: dict) -> list[dict]:
-    """Configs of one variant for one problem: the spec's grid (BLOCK_M: auto resolved) filtered by the rules."""
+def variant_configs(name: str, grid: dict, problem: dict, *, all_tiles: bool = False) -> list[dict]:
+    """Configs of one variant for one problem: the spec's grid (BLOCK_M: auto resolved) filtered by the rules.
+
+    Token tiles larger than the most tokens one program can get (M for a linear, T*k for a MoE expert) are
+    skipped unless all_tiles (the spec's `all_tiles: true`) asks for every tile anyway.
+    """
     v = get_variant(name, problem.get("op", "linear"))
     grid = dict(grid or {})
     if grid.get("BLOCK_M") == "auto":
@@ -68,7 +72,8 @@ def variant_configs(name: str, grid: dict, problem: dict) -> list[dict]:
     # never sweep a token tile bigger than the tokens need (beyond the smallest tile offered)
     bm_values = grid.get("BLOCK_M", [v.defaults.get("BLOCK_M", 1)])
     bm_values = bm_values if isinstance(bm_values, (list, tuple)) else [bm_values]
-    bm_cap = max(min(bm_values), 1 << max(0, problem["m"] - 1).bit_length())
+    most = problem["m"] * problem.get("top_k", 1) if problem.get("op") == "moe" else problem["m"]
+    bm_cap = float("inf") if all_tiles else max(min(bm_values), 1 << max(0, most - 1).bit_length())
     out = []
     for combo in itertools.product(*vals):
         cfg = {**v.defaults, **dict(zip(keys, combo))}
@@ -103,7 +108,7 @@ def expand_linear(spec: dict, on_gpu: bool):
                 lo, hi = ranges.get(name, [0, float("inf")])
                 if not lo <= m <= hi:
                     continue
-                cfgs = variant_configs(name, grid, problem)
+                cfgs = variant_configs(name, grid, problem, all_tiles=spec.get("all_tiles", False))
                 if not on_gpu and spec.get("cpu_configs"):
                     cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                 cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False)) for c in cfgs]
@@ -138,7 +143,7 @@ def expand_moe(spec: dict, on_gpu: bool):
                     lo, hi = ranges.get(name, [0, float("inf")])
                     if not lo <= t <= hi:
                         continue
-                    cfgs = variant_configs(name, grid, problem)
+                    cfgs = variant_configs(name, grid, problem, all_tiles=spec.get("all_tiles", False))
                     if not on_gpu and spec.get("cpu_configs"):
                         cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                     cases += [MoECase(variant=name, config=c, **base) for c in cfgs]

@@ -103,3 +103,15 @@ def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
     stored_first = after.iloc[: len(before)].reset_index(drop=True)
     cols = [*KEY_COLUMNS, "status", "us_eager"]
     assert stored_first[cols].astype(str).equals(before[cols].astype(str))  # earlier points untouched
+
+
+def test_token_tiles_follow_tokens_per_program():
+    from labkit.sweep import variant_configs
+
+    grid = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [128], "BLOCK_K": [64]}
+    moe = {"op": "moe", "m": 8, "tokens": 8, "experts": 8, "top_k": 4, "n": 128, "k": 64}
+    # 8 tokens x 4 slots can put 32 tokens on one expert: tiles up to 32, not 128
+    assert sorted(c["BLOCK_M"] for c in variant_configs("moe_tc", grid, moe)) == [16, 32]
+    assert sorted(c["BLOCK_M"] for c in variant_configs("moe_tc", grid, moe, all_tiles=True)) == [16, 32, 64, 128]
+    lin = {"op": "linear", "m": 20, "n": 64, "k": 64}
+    assert sorted(c["BLOCK_M"] for c in variant_configs("mma", {"BLOCK_M": [64, 128]}, lin)) == [64]
