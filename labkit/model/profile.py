@@ -106,12 +106,10 @@ def by_component(breakdown: pd.DataFrame) -> pd.DataFrame:
 
 
 def roofline_estimate(config: ModelConfig, batch: int, context: int, lm_head: str) -> dict | None:
-    """WIRING POINT for labkit.roofline (written in parallel): the floor of one decode step, or None.
+    """The floor of one decode step (labkit.roofline.model_step) under ceilings measured on this GPU, or None.
 
     Returns {"components": {name: floor_us}, "floor_us": total, "tokens_per_s": ..., "bytes": ...,
-    "flops": ..., "ceilings": {...}}. None on a CPU (GPU ceilings do not apply) or while labkit.roofline is
-    missing. The call below follows labkit.roofline.model_step and labkit.hardware.measure_ceilings as
-    drafted on the roofline branch; the lead adjusts it at merge if their signatures move.
+    "flops": ..., "ceilings": {...}}. None on a CPU, where GPU ceilings do not apply.
     """
     if not torch.cuda.is_available():
         return None
