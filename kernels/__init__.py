@@ -70,3 +70,8 @@ from .moe import moe_mxfp4  # noqa: E402
 from .routing import Routing, route  # noqa: E402
 
 __all__ += ["moe_mxfp4", "Routing", "route"]
+
+from .attention import attention_sinks, rope_kv_write  # noqa: E402
+from .norm import rms_norm  # noqa: E402
+
+__all__ += ["attention_sinks", "rope_kv_write", "rms_norm"]

@@ -94,7 +94,7 @@ def split_h2(p):
 
 
 @triton.jit
-def _h2_step(acc, v, s, xp, kmask, MASK_K: tl.constexpr):
+def h2_step(acc, v, s, xp, kmask, MASK_K: tl.constexpr):
     """One K tile: 4 half2 FMAs per weight word and token, then to fp32 with the (doubled) block scale."""
     if MASK_K:
         xa = tl.load(xp + 0, mask=kmask[None, :], other=0)
@@ -139,26 +139,26 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
         for _ in range(0, full - 1):
             v_next = tl.load(wp + BLOCK_K // 8)
             s_next = tl.load(sp + BLOCK_K // 32)
-            acc = _h2_step(acc, v, s, xp, rw, False)
+            acc = h2_step(acc, v, s, xp, rw, False)
             v = v_next
             s = s_next
             wp += BLOCK_K // 8
             sp += BLOCK_K // 32
             xp += BLOCK_K // 2
         if full > 0:
-            acc = _h2_step(acc, v, s, xp, rw, False)
+            acc = h2_step(acc, v, s, xp, rw, False)
             wp += BLOCK_K // 8
             sp += BLOCK_K // 32
             xp += BLOCK_K // 2
     else:
         for _ in range(0, full):
-            acc = _h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
+            acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
             wp += BLOCK_K // 8
             sp += BLOCK_K // 32
             xp += BLOCK_K // 2
     if full * BLOCK_K < K:
         km = full * (BLOCK_K // 8) + rw < KW
-        acc = _h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0), xp, km,
+        acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0), xp, km,
                        True)
     xs = tl.load(xs_ptr + rm_c)
     out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: e8m0_times_2 doubled the scales

@@ -7,11 +7,15 @@
 
 Both GEMM launches have a grid fixed by T, k, E and the tile shape; programs whose expert has no tokens
 exit at once, so any routing (zero-token experts, duplicates, everything on one expert) runs under one
-captured graph without a host sync.
+captured graph without a host sync. The decode variants size their grid by min(T*k, E) programs per N tile
+(see _program_expert), so one token launches 4 expert rows of programs, not 128.
 
 Variants (VARIANTS, kind "moe"):
   moe_gemv  decode: grid (expert, N tile); each program streams its expert's weight tile once per BLOCK_M
             tokens and loops over all of the expert's tokens inside. CUDA cores, exact for every scale byte.
+  moe_h2    moe_gemv's structure with gemv_h2's packed half2 FMAs: x goes to fp16 first (x_to_f16, one
+            small launch) and mlp1 stores the SwiGLU output as scaled fp16 in the same permuted order, so
+            mlp2 reads it directly. Exact for scale bytes 0..253.
   moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
             of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
             registers as the MMA's M side. Exact for scale bytes 14..240.
@@ -26,6 +30,7 @@ import torch
 from ._triton import tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
+from .linear_f16 import h2_step, x_to_f16
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
 from .variants import (
@@ -46,10 +51,11 @@ from .variants import (
 
 @triton.jit
 def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
-              PHASE: tl.constexpr, BLOCK_N: tl.constexpr):
+              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0):
     """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
 
-    PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2.
+    PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2;
+             ACT16: stored as fp16 times act_scale, each group of 8 in the order x_to_f16 uses (for moe_h2).
     PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn].
     """
     acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -62,8 +68,13 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
         ri = tl.reshape(ri, (BLOCK_N // 2, 2))
         ri, _ = tl.split(ri)
         half = N // 2
-        tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16),
-                 mask=mmask[:, None] & (ri < half)[None, :])
+        amask = mmask[:, None] & (ri < half)[None, :]
+        if ACT16:
+            q = ri % 8  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7
+            pos = ri - q + tl.where(q < 4, 2 * q, 2 * q - 7)
+            tl.store(out_ptr + rm[:, None] * half + pos[None, :], (a * act_scale).to(tl.float16), mask=amask)
+        else:
+            tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16), mask=amask)
     else:
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], (acc * gate[:, None]).to(tl.bfloat16),
@@ -82,6 +93,28 @@ def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
 
 
 @triton.jit
+def _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS: tl.constexpr):
+    """(expert, first sorted position, end, has work) for a decode program.
+
+    SLOTS (T*k <= E): grid dim 0 walks the T*k expert-sorted positions and the first position of each
+    expert does its work, so only experts with tokens get programs. Otherwise grid dim 0 is the expert id
+    and experts without tokens exit at once.
+    """
+    i = tl.program_id(0)
+    if SLOTS:
+        e = tl.load(ids_ptr + tl.load(sorted_ptr + i))
+        start = tl.load(offs_ptr + e)
+        end = tl.load(offs_ptr + e + 1)
+        active = start == i
+    else:
+        e = i
+        start = tl.load(offs_ptr + e)
+        end = tl.load(offs_ptr + e + 1)
+        active = end > start
+    return e, start, end, active
+
+
+@triton.jit
 def _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N: tl.constexpr):
     """Rows (this program's N tile) of expert e: their indices, mask and word/scale row pointers."""
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -96,12 +129,11 @@ def _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _moe_gemv_kernel(a_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit,
-                     PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    e = tl.program_id(0)
-    start = tl.load(offs_ptr + e)
-    end = tl.load(offs_ptr + e + 1)
-    if end > start:  # experts without tokens exit at once
+def _moe_gemv_kernel(a_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
+                     alpha, limit, PHASE: tl.constexpr, SLOTS: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    e, start, end, active = _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS)
+    if active:
         KW = K // 8
         rw = tl.arange(0, BLOCK_K // 8)
         rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
@@ -120,6 +152,58 @@ def _moe_gemv_kernel(a_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                 acc += p * e8m0_to_f32(s)[None]
             out = tl.sum(acc, axis=2) * F16_TRICK
             _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# moe_h2
+
+
+@triton.jit
+def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
+                   TOPK, alpha, limit, act_scale, PHASE: tl.constexpr, SLOTS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Input rows are fp16 words from x_to_f16 (mlp1: per-token scale xs) or the ACT16 epilogue (mlp2: act_scale)."""
+    e, start, end, active = _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS)
+    if active:
+        KW = K // 8
+        rw = tl.arange(0, BLOCK_K // 8)
+        rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
+        full = K // BLOCK_K
+        for m0 in range(start, end, BLOCK_M):
+            rm = m0 + tl.arange(0, BLOCK_M)
+            mmask = rm < end
+            slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+            xp = x16_ptr + src[:, None].to(tl.int64) * (KW * 4) + (rw * 4)[None, :]
+            wp = w_base + rw[None, :]
+            sp = s_base + (rw // 4)[None, :]
+            acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+            for _ in range(0, full):
+                acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
+                wp += BLOCK_K // 8
+                sp += BLOCK_K // 32
+                xp += BLOCK_K // 2
+            if full * BLOCK_K < K:
+                km = full * (BLOCK_K // 8) + rw < KW
+                acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0),
+                              xp, km, True)
+            if PHASE == 1:
+                xs = tl.load(xs_ptr + src)
+            else:
+                xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
+            out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2_step doubles the scales
+            _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+                      PHASE == 1, act_scale)
+
+
+def act16_scale(limit: float) -> float:
+    """Power of two that moe_h2 multiplies the SwiGLU output by before storing it as fp16.
+
+    |act| <= limit * (limit + 1) (the gate is clamped above at limit, the linear half to +-limit), so the
+    scaled value stays below 2^15 and keeps fp16's full 11-bit precision down to small magnitudes.
+    """
+    if not 0 < limit < 180:
+        raise ValueError(f"moe_h2 stores the SwiGLU output in fp16 and needs 0 < limit < 180, got {limit}")
+    return float(2.0 ** math.floor(math.log2(32768.0 / (limit * (limit + 1)))))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -183,12 +267,29 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.
 # Launchers
 
 
+def _decode_grid(r: Routing, N: int, block_n: int) -> tuple[tuple[int, int], bool]:
+    """Grid of the decode kernels and their SLOTS flag (see _program_expert)."""
+    S = r.sorted.numel()
+    slots = S <= r.num_experts
+    return (S if slots else r.num_experts, triton.cdiv(N, block_n)), slots
+
+
 def _launch_gemv(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg):
     E, N, K = p.shape
-    grid = (E, triton.cdiv(N, cfg["BLOCK_N"]))
-    _moe_gemv_kernel[grid](src, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
-                           float(alpha), float(limit), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                           BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 1))
+    grid, slots = _decode_grid(r, N, cfg["BLOCK_N"])
+    _moe_gemv_kernel[grid](src, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
+                           float(alpha), float(limit), PHASE=phase, SLOTS=slots, BLOCK_M=cfg["BLOCK_M"],
+                           BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                           num_stages=cfg.get("num_stages", 1))
+
+
+def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
+    E, N, K = p.shape
+    grid, slots = _decode_grid(r, N, cfg["BLOCK_N"])
+    _moe_h2_kernel[grid](x16.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out,
+                         N, K, r.top_k, float(alpha), float(limit), act_scale, PHASE=phase, SLOTS=slots,
+                         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                         num_warps=cfg["num_warps"], num_stages=1)
 
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
@@ -221,6 +322,12 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
     if kind == "gemv":
         _launch_gemv(1, x, r, p1, b1, act, alpha, limit, cfg)
         _launch_gemv(2, act, r, p2, b2, y, alpha, limit, cfg)
+    elif kind == "h2":
+        scale = act16_scale(limit)
+        x16, xs = x_to_f16(x)
+        act = act.view(torch.float16)
+        _launch_h2(1, x16, xs, r, p1, b1, act, alpha, limit, scale, cfg)
+        _launch_h2(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     else:
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
@@ -231,6 +338,10 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
 
 def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
     return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+
+
+def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
+    return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg)
 
 
 def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
@@ -253,6 +364,13 @@ register(Variant(
     defaults={"BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers),
     description="decode: one program per (expert, N tile) streams the expert's weights for all its tokens",
+))
+register(Variant(
+    name="moe_h2", kind="moe", op="moe", fn=_run_moe_h2,
+    space={"BLOCK_M": (1, 2, 4), "BLOCK_N": (16, 32, 64), "BLOCK_K": (128, 256, 512), "num_warps": (2, 4)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4},
+    rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
+    description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

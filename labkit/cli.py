@@ -223,6 +223,7 @@ def cmd_model_profile(args) -> int:
 
     result = profile_decode(args.model, weights=args.weights, batch=args.batch, prompt=args.prompt,
                             decode=args.decode, moe=args.moe, lm_head=args.lm_head, rounding=args.rounding,
+                            attention=args.attention,
                             seed=args.seed, device=args.device, profile_steps=args.profile_steps, nvtx=args.nvtx,
                             check=not args.no_check)
     print(result.summary())
@@ -262,7 +263,7 @@ def cmd_model_diverge(args) -> int:
 def _add_model_parser(sub) -> None:
     from kernels import ROUNDINGS
 
-    from .model.backends import LM_HEAD_BACKENDS, MOE_BACKENDS
+    from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS
     from .model.config import PRESETS
 
     model = sub.add_parser("model", help="GPT-OSS model runs: decode profile, divergence finder")
@@ -281,6 +282,8 @@ def _add_model_parser(sub) -> None:
     common(p)
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (default 512)")
     p.add_argument("--decode", type=int, default=64, help="decode steps timed (default 64)")
+    p.add_argument("--attention", default="auto", choices=["auto", *ATTENTION_BACKENDS],
+                   help="attention and norm backend (auto: triton on a GPU, torch on a CPU)")
     p.add_argument("--moe", default="auto", choices=["auto", *MOE_BACKENDS],
                    help="MoE backend (auto: triton on a GPU, torch on a CPU)")
     p.add_argument("--lm-head", default="auto", choices=["auto", *LM_HEAD_BACKENDS],

@@ -41,10 +41,11 @@ def test_torch_moe_refuses_cuda_graphs():
 
 @needs_kernels
 @pytest.mark.parametrize("lm_head", ["bf16", "mxfp4"])
-def test_kernel_backends_match_the_torch_reference(lm_head):
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+def test_kernel_backends_match_the_torch_reference(lm_head, attention):
     w = synthetic_weights(CFG, seed=0, device="cuda")
-    ref = GptOss(CFG, w, Backends(moe="torch", lm_head="bf16" if lm_head == "bf16" else "mxfp4-torch"))
-    test = GptOss(CFG, w, Backends(moe="triton", lm_head=lm_head))
+    test = GptOss(CFG, w, Backends(moe="triton", lm_head=lm_head, attention=attention))
+    ref = GptOss(CFG, w, test.backends.reference())
     report = model_parity(ref, test, toks())
     # the kernels keep bf16 intermediates (SwiGLU output, per-slot rows) where the torch MoE keeps fp32; on
     # the tiny model's near-flat logits that moves rel_err to ~6.5% while the distributions agree (KL ~2e-3)
@@ -54,9 +55,10 @@ def test_kernel_backends_match_the_torch_reference(lm_head):
 
 
 @needs_kernels
-def test_graph_decode_equals_eager_decode():
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+def test_graph_decode_equals_eager_decode(attention):
     w = synthetic_weights(CFG, seed=0, device="cuda")
-    m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4"))
+    m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4", attention=attention))
     prompt = toks(2, 8).cuda()
     outs = []
     for use_graph in (False, True):

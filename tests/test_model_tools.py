@@ -85,7 +85,7 @@ def test_profile_on_cpu_measures_and_breaks_down_decode():
 def test_profile_checks_kernel_backends_against_their_reference(monkeypatch):
     fake_kernels.install(monkeypatch)
     r = profile_decode("tiny", prompt=8, decode=2, profile_steps=1, moe="triton", lm_head="mxfp4")
-    assert r.backends == Backends(moe="triton", lm_head="mxfp4") and not r.graph  # no GPU: eager
+    assert r.backends == Backends(moe="triton", lm_head="mxfp4", attention="torch") and not r.graph  # CPU: eager
     assert r.status == "ok" and r.max_rel_err < 0.05 and r.parity["top1_agree"] > 0.9
     assert r.point()["status"] == "ok" and r.point()["variant"] == "moe=triton,lm_head=mxfp4/floor"
 
@@ -152,7 +152,9 @@ def test_lm_head_study_ranks_formats(weights):
 
 def test_variant_specs():
     v = parse_variant("kernels,sinks_dropped")
-    assert v.backends == Backends(moe="triton", lm_head="mxfp4") and v.faults == {"sinks_dropped"}
+    assert v.backends == Backends(moe="triton", lm_head="mxfp4", attention="triton") and v.faults == {"sinks_dropped"}
+    assert parse_variant("ref").backends == Backends(attention="torch", moe="torch", lm_head="bf16")
+    assert parse_variant("kernels,attention=torch").backends.attention == "torch"
     v = parse_variant("moe=torch-w4a8,lm_head=mxfp4-torch,rounding=even,faults=gqa_mod+rope_pairs")
     assert v.backends == Backends("torch-w4a8", "mxfp4-torch", "even") and v.faults == {"gqa_mod", "rope_pairs"}
     with pytest.raises(ValueError, match="unknown setting 'kv'"):

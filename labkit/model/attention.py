@@ -1,4 +1,7 @@
-"""GPT-OSS attention in torch: qkv with bias, half-split YaRN RoPE, GQA, sinks, sliding window, KV cache.
+"""GPT-OSS attention: qkv with bias, half-split YaRN RoPE, GQA, sinks, sliding window, KV cache.
+
+`attention` is the torch reference; `attention_kernels` computes the same with two of the lab's kernels
+(kernels.rope_kv_write, kernels.attention_sinks) between the two projections.
 
 Static shapes throughout: queries attend over the whole preallocated cache with a mask built on the device
 from the position tensor, so a decode step has no host sync and can be captured in a CUDA graph. Scores
@@ -61,3 +64,20 @@ def attention(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int
     out = torch.einsum("bhts,bshd->bthd", probs, values.to(torch.float32))
     out = out.reshape(B, T, c.q_heads * c.head_dim).to(x.dtype)
     return F.linear(out, lw.out_w, lw.out_b)
+
+
+def attention_kernels(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int, cache: KVCache,
+                      positions: torch.Tensor, kv_map: torch.Tensor) -> torch.Tensor:
+    """`attention` through kernels.rope_kv_write and kernels.attention_sinks (same faults, same numbers up to
+    the bf16 rounding of the softmax probabilities before the PV product)."""
+    from kernels import attention_sinks, rope_kv_write
+
+    B, T, _ = x.shape
+    c = config
+    qkv = F.linear(x, lw.qkv_w, lw.qkv_b)
+    k_cache, v_cache = cache.k[layer], cache.v[layer]
+    q = rope_kv_write(qkv, positions, cache.cos, cache.sin, k_cache, v_cache, c.q_heads,
+                      pairs="consecutive" if "rope_pairs" in c.faults else "half")
+    sinks = None if "sinks_dropped" in c.faults else lw.sinks
+    out = attention_sinks(q, k_cache, v_cache, positions, kv_map, sinks, window=c.window(layer) or 0)
+    return F.linear(out.reshape(B, T, c.q_heads * c.head_dim), lw.out_w, lw.out_b)

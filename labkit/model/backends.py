@@ -1,6 +1,10 @@
 """The backend seam: the only place the model calls into the lab's kernels.
 
-Two switchable components, each built once per model:
+Three switchable components, each built once per model:
+
+  attention "torch"      torch ops (RMSNorm, RoPE, masked softmax over the cache): the readable reference
+            "triton"     kernels.rms_norm, kernels.rope_kv_write and kernels.attention_sinks: ~5 launches
+                         per layer instead of ~50
 
   MoE      "torch"       router top-k/softmax in torch, experts by reference math (labkit.model.moe), eager only
            "torch-w4a8"  the same with activations rounded through MXFP8 (W4A8 numerics study)
@@ -27,6 +31,7 @@ from .config import ModelConfig
 from .faults import TORCH_MOE_FAULTS
 from .moe import TorchRouting, moe_torch, route_torch
 
+ATTENTION_BACKENDS = ("torch", "triton")
 MOE_BACKENDS = ("torch", "torch-w4a8", "triton")
 LM_HEAD_BACKENDS = ("bf16", "mxfp4-torch", "mxfp4")
 
@@ -36,8 +41,12 @@ class Backends:
     moe: str = "torch"
     lm_head: str = "bf16"
     lm_head_rounding: str = "floor"  # scale rule when the lm_head is quantized to MXFP4 at load
+    attention: str = "torch"
 
     def __post_init__(self):
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                             f"got {self.attention!r}")
         if self.moe not in MOE_BACKENDS:
             raise ValueError(f"moe backend must be one of {', '.join(MOE_BACKENDS)}, got {self.moe!r}")
         if self.lm_head not in LM_HEAD_BACKENDS:
@@ -52,18 +61,28 @@ class Backends:
 
     def label(self) -> str:
         rounding = f"/{self.lm_head_rounding}" if self.lm_head != "bf16" else ""
-        return f"moe={self.moe},lm_head={self.lm_head}{rounding}"
+        attention = "attention=triton," if self.attention == "triton" else ""  # runs before it had torch attention
+        return f"{attention}moe={self.moe},lm_head={self.lm_head}{rounding}"
+
+    def reference(self) -> Backends:
+        """The torch backends computing the same numbers (what parity checks compare against)."""
+        return Backends(moe="torch-w4a8" if self.moe == "torch-w4a8" else "torch",
+                        lm_head="bf16" if self.lm_head == "bf16" else "mxfp4-torch",
+                        lm_head_rounding=self.lm_head_rounding, attention="torch")
 
 
-def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "floor", device=None) -> Backends:
-    """'auto': the lab's kernels on a GPU (moe=triton, lm_head=mxfp4), their torch reference on a CPU
-    (moe=torch, lm_head=mxfp4-torch)."""
+def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "floor", device=None,
+                     attention: str = "auto") -> Backends:
+    """'auto': the lab's kernels on a GPU (attention=triton, moe=triton, lm_head=mxfp4), their torch reference
+    on a CPU (attention=torch, moe=torch, lm_head=mxfp4-torch)."""
     gpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
+    if attention == "auto":
+        attention = "triton" if gpu else "torch"
     if moe == "auto":
         moe = "triton" if gpu else "torch"
     if lm_head == "auto":
         lm_head = "mxfp4" if gpu else "mxfp4-torch"
-    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding)
+    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding, attention=attention)
 
 
 def _import_kernel(name: str, backend: str):

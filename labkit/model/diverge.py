@@ -6,9 +6,10 @@ where the backend exposes them, the MoE output and the residual stream; then the
 and compared in execution order by relative error ||B - A|| / ||A||. The first (layer, component) over the
 tolerance is where to look for the bug: everything before it agrees.
 
-Variants are written as specs: "ref" (torch MoE, bf16 lm_head), "kernels" (moe_mxfp4, mxfp4_linear),
+Variants are written as specs: "ref" (torch attention and MoE, bf16 lm_head), "kernels" (attention_sinks,
+moe_mxfp4, mxfp4_linear),
 a fault name (ref with that fault), or comma-separated items mixing those with key=value settings:
-moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4, rounding=floor|ceil|rceil|even, e.g.
+attention=torch|triton, moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4, rounding=floor|ceil|rceil|even, e.g.
 "kernels,sinks_dropped" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
 """
 
@@ -28,7 +29,8 @@ from .weights import Weights, synthetic_weights
 
 #: Execution order of the captured components within a forward pass.
 CAPTURED = ("embedding", "attention", "router", "moe.mlp1", "moe.mlp2", "moe", "residual", "final_norm", "logits")
-BASES = {"ref": {"moe": "torch", "lm_head": "bf16"}, "kernels": {"moe": "triton", "lm_head": "mxfp4"}}
+BASES = {"ref": {"attention": "torch", "moe": "torch", "lm_head": "bf16"},
+         "kernels": {"attention": "triton", "moe": "triton", "lm_head": "mxfp4"}}
 DEFAULT_TOL = 0.05
 
 
@@ -46,7 +48,8 @@ def parse_variant(spec: str | Variant) -> Variant:
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"variant spec must be a non-empty string, got {spec!r}")
     settings, faults = dict(BASES["ref"]), set()
-    keys = {"moe": "moe", "lm_head": "lm_head", "lm-head": "lm_head", "rounding": "lm_head_rounding"}
+    keys = {"moe": "moe", "lm_head": "lm_head", "lm-head": "lm_head", "rounding": "lm_head_rounding",
+            "attention": "attention"}
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         if "=" in item:
             key, value = (s.strip() for s in item.split("=", 1))
@@ -55,7 +58,8 @@ def parse_variant(spec: str | Variant) -> Variant:
             elif key in keys:
                 settings[keys[key]] = value
             else:
-                raise ValueError(f"variant {spec!r}: unknown setting {key!r}; use moe=, lm_head=, rounding=, faults=")
+                raise ValueError(f"variant {spec!r}: unknown setting {key!r}; use attention=, moe=, lm_head=, rounding=, "
+                                 f"faults=")
         elif item in BASES:
             settings.update(BASES[item])
         elif item in FAULTS:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .attention import attention, kv_head_map
+from .attention import attention, attention_kernels, kv_head_map
 from .backends import Backends, make_lm_head, make_moe
 from .cache import KVCache
 from .config import ModelConfig
@@ -63,6 +63,12 @@ class GptOss:
         self.moe = make_moe(self.backends, config)
         self.lm_head = make_lm_head(self.backends, self.weights.unembedding)
         self.kv_map = kv_head_map(config).to(self.device)
+        if self.backends.attention == "triton":
+            from kernels import rms_norm as norm
+
+            self._attention, self._norm = attention_kernels, norm
+        else:
+            self._attention, self._norm = attention, rms_norm
         self._hooks: list[Hook] = []
 
     # ----------------------------------------------------------------------------------------------------
@@ -104,12 +110,13 @@ class GptOss:
         for i, lw in enumerate(w.layers):
             with rng(f"layer.{i}"):
                 with rng("attention"):
-                    a = attention(rms_norm(x, lw.attn_norm, c.norm_eps), lw, c, i, cache, positions, self.kv_map)
+                    a = self._attention(self._norm(x, lw.attn_norm, c.norm_eps), lw, c, i, cache, positions,
+                                        self.kv_map)
                 if emit:
                     emit(i, "attention", a)
                 x = x + a
                 with rng("router"):
-                    t = rms_norm(x, lw.mlp_norm, c.norm_eps).reshape(B * T, -1)
+                    t = self._norm(x, lw.mlp_norm, c.norm_eps).reshape(B * T, -1)
                     routing = self.moe.route(F.linear(t, lw.gate_w, lw.gate_b), c)
                 if emit:
                     emit(i, "router", dense_gates(routing, c.experts))
@@ -124,7 +131,7 @@ class GptOss:
         if not all_logits:
             x = x[:, -1:]
         with rng("final_norm"):
-            h = rms_norm(x, w.norm, c.norm_eps)
+            h = self._norm(x, w.norm, c.norm_eps)
         if emit:
             emit(None, "final_norm", h)
         with rng("lm_head"):

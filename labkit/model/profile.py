@@ -236,13 +236,13 @@ def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, se
 def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: int = 1, prompt: int = 512,
                    decode: int = 64, moe: str = "auto", lm_head: str = "auto", rounding: str = "floor",
                    seed: int = 0, device=None, profile_steps: int = 3, nvtx: bool = False,
-                   check: bool = True) -> ProfileResult:
+                   check: bool = True, attention: str = "auto") -> ProfileResult:
     """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time."""
     for name, v in (("batch", batch), ("prompt", prompt), ("decode", decode), ("profile_steps", profile_steps)):
         if v < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backends = resolve_backends(moe, lm_head, rounding, device)
+    backends = resolve_backends(moe, lm_head, rounding, device, attention)
     cfg = get_config(model)
     gpu = device.type == "cuda"
     if gpu:
@@ -294,9 +294,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
     moe_share = float(breakdown.loc[breakdown["component"] == "moe", "share"].sum())
 
     status, rel, parity = "ok", None, None
-    reference = Backends(moe="torch-w4a8" if backends.moe == "torch-w4a8" else "torch",
-                         lm_head="bf16" if backends.lm_head == "bf16" else "mxfp4-torch",
-                         lm_head_rounding=backends.lm_head_rounding)
+    reference = backends.reference()
     if check and reference != backends:
         parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
         rel = parity["rel_err"]

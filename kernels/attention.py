@@ -1,0 +1,156 @@
+"""GPT-OSS attention pieces as two launches, so a decode layer is not forty small torch kernels.
+
+  rope_kv_write    qkv rows [B*T, (Hq + 2 Hkv) d] -> rotated q [B, T, Hq, d], and rotated k / plain v written
+                   into the KV cache at each token's position (one program per token and head)
+  attention_sinks  flash-style attention of q over the cache: causal, optional sliding window, each query
+                   head reading the kv head kv_map[h], and a per-head sink logit that joins the softmax
+                   denominator only (GPT-OSS); scores and softmax in fp32, P rounded to bf16 for the PV dot
+
+Positions come from a device tensor and the key loop bounds from the positions the program loads, so both are
+graph-capturable and a decode step reads only the keys it can see (the window, or 0..pos).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._triton import tl, triton
+from .decode import tc_dot
+from .formats import _check_tensor
+
+PAIRS = ("half", "consecutive")
+
+
+@triton.jit
+def _rope_kv_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, T, HQ, HKV, S,
+                    D: tl.constexpr, HALF_PAIRS: tl.constexpr):
+    row = tl.program_id(0)  # b * T + t
+    h = tl.program_id(1)  # 0..HQ-1 q heads, then HKV k heads, then HKV v heads
+    b = row // T
+    pos = tl.load(pos_ptr + row % T)
+    src = qkv_ptr + row.to(tl.int64) * (HQ + 2 * HKV) * D + h * D
+    i = tl.arange(0, D // 2)
+    if HALF_PAIRS:  # rotate (i, i + d/2)
+        o1 = i
+        o2 = i + D // 2
+    else:  # rotate (2i, 2i + 1): the consecutive-pairs bug
+        o1 = 2 * i
+        o2 = 2 * i + 1
+    if h < HQ + HKV:
+        x1 = tl.load(src + o1).to(tl.float32)
+        x2 = tl.load(src + o2).to(tl.float32)
+        c = tl.load(cos_ptr + pos * (D // 2) + i)
+        s = tl.load(sin_ptr + pos * (D // 2) + i)
+        y1 = (x1 * c - x2 * s).to(tl.bfloat16)
+        y2 = (x2 * c + x1 * s).to(tl.bfloat16)
+        if h < HQ:
+            dst = q_ptr + row.to(tl.int64) * HQ * D + h * D
+        else:
+            dst = k_ptr + ((b * S + pos) * HKV + (h - HQ)).to(tl.int64) * D
+        tl.store(dst + o1, y1)
+        tl.store(dst + o2, y2)
+    else:
+        rd = tl.arange(0, D)
+        dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
+        tl.store(dst + rd, tl.load(src + rd))
+
+
+def rope_kv_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, q_heads: int, *, pairs: str = "half") -> torch.Tensor:
+    """Rotate q and k of qkv [B, T, (Hq + 2 Hkv) d] (bf16) at `positions` [T] (int64, device) with RoPE tables
+    cos/sin [max_len, d/2] fp32; write k and v into k_cache/v_cache [B, S, Hkv, d] (bf16, in place) and return
+    q [B, T, Hq, d] bf16. pairs: "half" (GPT-OSS) or "consecutive" (the fault)."""
+    if pairs not in PAIRS:
+        raise ValueError(f"pairs must be one of {PAIRS}, got {pairs!r}")
+    _check_tensor("qkv", qkv, (torch.bfloat16,))
+    B, T, W = qkv.shape
+    _, S, HKV, D = k_cache.shape
+    if W != (q_heads + 2 * HKV) * D or k_cache.shape != v_cache.shape or k_cache.shape[0] != B:
+        raise ValueError(f"qkv {tuple(qkv.shape)} does not match {q_heads} q heads and a cache of {tuple(k_cache.shape)}")
+    if D & (D - 1) or D < 2:
+        raise ValueError(f"head_dim must be a power of two, got {D}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("k_cache and v_cache must be contiguous")
+    q = torch.empty((B, T, q_heads, D), device=qkv.device, dtype=torch.bfloat16)
+    if B * T:
+        _rope_kv_kernel[(B * T, q_heads + 2 * HKV)](qkv.contiguous(), positions, cos, sin, q, k_cache, v_cache, T,
+                                                    q_heads, HKV, S, D=D, HALF_PAIRS=pairs == "half", num_warps=1)
+    return q
+
+
+@triton.jit
+def _attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, sink_ptr, o_ptr, T, HQ, HKV, S, window, sm_scale,
+                      D: tl.constexpr, HAS_SINKS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr):
+    pid_t = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // HQ
+    h = bh % HQ
+    kvh = tl.load(kvmap_ptr + h)
+    rt = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    tmask = rt < T
+    rd = tl.arange(0, D)
+    pos = tl.load(pos_ptr + rt, mask=tmask, other=0)
+    q = tl.load(q_ptr + ((b * T + rt[:, None]) * HQ + h).to(tl.int64) * D + rd[None, :], mask=tmask[:, None],
+                other=0.0)
+    hi = tl.minimum(tl.max(pos, axis=0) + 1, S)
+    first = tl.maximum(tl.min(tl.where(tmask, pos, S), axis=0) - window + 1, 0)  # oldest key in the window
+    lo = tl.where(window > 0, (first // BLOCK_S) * BLOCK_S, 0)
+    m = tl.full((BLOCK_T,), -1e30, tl.float32)  # finite, so fully masked blocks give exp(-inf) = 0, not NaN
+    den = tl.zeros((BLOCK_T,), tl.float32)
+    acc = tl.zeros((BLOCK_T, D), tl.float32)
+    kv_base = (b * S * HKV + kvh).to(tl.int64) * D
+    for s0 in range(lo, hi, BLOCK_S):
+        rs = s0 + tl.arange(0, BLOCK_S)
+        smask = rs < hi
+        kp = kv_base + (rs[:, None] * HKV).to(tl.int64) * D + rd[None, :]
+        k = tl.load(k_ptr + kp, mask=smask[:, None], other=0.0)
+        sc = tc_dot(q, tl.trans(k), tl.zeros((BLOCK_T, BLOCK_S), tl.float32)) * sm_scale
+        ok = smask[None, :] & (rs[None, :] <= pos[:, None]) & ((window == 0) | (rs[None, :] > pos[:, None] - window))
+        sc = tl.where(ok, sc, float("-inf"))
+        m_new = tl.maximum(m, tl.max(sc, axis=1))
+        p = tl.exp(sc - m_new[:, None])
+        corr = tl.exp(m - m_new)
+        den = den * corr + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + kp, mask=smask[:, None], other=0.0)
+        acc = tc_dot(p.to(tl.bfloat16), v, acc * corr[:, None])
+        m = m_new
+    if HAS_SINKS:
+        sink = tl.load(sink_ptr + h).to(tl.float32)
+        m_new = tl.maximum(m, sink)
+        corr = tl.exp(m - m_new)
+        den = den * corr + tl.exp(sink - m_new)
+        acc = acc * corr[:, None]
+    out = acc / den[:, None]
+    tl.store(o_ptr + ((b * T + rt[:, None]) * HQ + h).to(tl.int64) * D + rd[None, :], out.to(tl.bfloat16),
+             mask=tmask[:, None])
+
+
+def attention_sinks(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                    kv_map: torch.Tensor, sinks: torch.Tensor | None, *, window: int = 0,
+                    block_t: int = 16, block_s: int = 64) -> torch.Tensor:
+    """Attention of q [B, T, Hq, d] (bf16, rotated) at `positions` [T] over k_cache/v_cache [B, S, Hkv, d].
+
+    Query head h reads kv head kv_map[h] ([Hq] int, device). Keys at positions <= the query's are visible
+    (causal; later slots may hold stale entries and are never read), and with window > 0 only the last
+    `window` of them. sinks [Hq] (or None) adds exp(sink) to each head's softmax denominator. -> [B, T, Hq, d] bf16.
+    """
+    _check_tensor("q", q, (torch.bfloat16,))
+    B, T, HQ, D = q.shape
+    if k_cache.shape != v_cache.shape or k_cache.dim() != 4 or k_cache.shape[0] != B or k_cache.shape[3] != D:
+        raise ValueError(f"caches {tuple(k_cache.shape)} / {tuple(v_cache.shape)} do not match q {tuple(q.shape)}")
+    if kv_map.numel() != HQ:
+        raise ValueError(f"kv_map must have one entry per query head ({HQ}), got {kv_map.numel()}")
+    if sinks is not None and sinks.numel() != HQ:
+        raise ValueError(f"sinks must have one entry per query head ({HQ}), got {sinks.numel()}")
+    if window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+    S, HKV = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty_like(q)
+    if B * T:
+        _attention_kernel[(triton.cdiv(T, block_t), B * HQ)](
+            q.contiguous(), k_cache, v_cache, positions, kv_map, sinks if sinks is not None else q, out, T, HQ, HKV, S,
+            int(window), 1.0 / math.sqrt(D), D=D, HAS_SINKS=sinks is not None, BLOCK_T=block_t, BLOCK_S=block_s,
+            num_warps=4)
+    return out

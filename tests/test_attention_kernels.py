@@ -1,0 +1,104 @@
+"""kernels.rms_norm, rope_kv_write and attention_sinks against the model's torch attention (tiny preset).
+
+Tolerances: the interpreter's bf16 casts truncate instead of rounding (DESIGN deviations), so every bf16
+intermediate (rotated q and k, P before the PV dot, the output) may be off by one bf16 ulp (2^-8 relative);
+correct kernels land near 7e-3 norm-wise here, while a wrong head, position, window or sink gives > 5e-2.
+"""
+
+import pytest
+import torch
+
+import kernels as K
+from labkit.model import get_config, synthetic_weights
+from labkit.model.attention import attention, attention_kernels, kv_head_map
+from labkit.model.cache import KVCache
+from labkit.model.model import rms_norm as rms_norm_torch
+from labkit.model.rope import apply_rope
+
+CFG = get_config("tiny")
+TOL = 2e-2
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.fixture(scope="module")
+def layer():
+    return synthetic_weights(CFG, seed=0).layers[0]
+
+
+def test_rms_norm_matches_torch():
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 5, 80, generator=g) * 4).to(torch.bfloat16)
+    w = torch.rand(80, generator=g) + 0.5
+    got = K.rms_norm(x, w, 1e-5)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    assert rel(got, rms_norm_torch(x, w, 1e-5)) < 1e-2
+    with pytest.raises(ValueError, match=r"scale must have shape \(80,\)"):
+        K.rms_norm(x, w[:10], 1e-5)
+
+
+@pytest.mark.parametrize("pairs", ["half", "consecutive"])
+def test_rope_kv_write_rotates_and_fills_the_cache_at_positions(pairs):
+    g = torch.Generator().manual_seed(1)
+    B, T, HQ, HKV, D, S = 2, 5, 4, 2, 16, 12
+    qkv = torch.randn(B, T, (HQ + 2 * HKV) * D, generator=g).to(torch.bfloat16)
+    pos = torch.arange(3, 3 + T)
+    cos, sin = torch.rand(S, D // 2, generator=g), torch.rand(S, D // 2, generator=g)
+    kc = torch.zeros(B, S, HKV, D, dtype=torch.bfloat16)
+    vc = torch.zeros_like(kc)
+    q = K.rope_kv_write(qkv, pos, cos, sin, kc, vc, HQ, pairs=pairs)
+    q_ref, k_ref, v_ref = qkv.split([HQ * D, HKV * D, HKV * D], dim=-1)
+    c, s = cos[pos], sin[pos]
+    assert rel(q, apply_rope(q_ref.reshape(B, T, HQ, D), c, s, pairs=pairs)) < 1e-2
+    assert rel(kc[:, 3:8], apply_rope(k_ref.reshape(B, T, HKV, D), c, s, pairs=pairs)) < 1e-2
+    assert torch.equal(vc[:, 3:8], v_ref.reshape(B, T, HKV, D))
+    assert not kc[:, :3].any() and not kc[:, 8:].any() and not vc[:, 8:].any()  # other slots untouched
+
+
+@pytest.mark.parametrize("faults", [(), ("gqa_mod",), ("sinks_dropped",), ("rope_pairs",)])
+@pytest.mark.parametrize("layer_index", [0, 1])  # sliding window (8) and full causal
+def test_attention_kernels_match_torch_prefill_then_decode(layer, faults, layer_index):
+    cfg = CFG.with_faults(*faults) if faults else CFG
+    kv_map = kv_head_map(cfg)
+    g = torch.Generator().manual_seed(2)
+    caches = [KVCache.create(cfg, 2, 16, "cpu") for _ in range(2)]
+    for c in caches[1:]:  # stale garbage beyond the written positions must never be read
+        c.k.fill_(float("nan"))
+        c.v.fill_(float("nan"))
+    for pos in (torch.arange(12), torch.tensor([12]), torch.tensor([13])):
+        x = torch.randn(2, pos.numel(), CFG.hidden, generator=g).to(torch.bfloat16)
+        ref = attention(x, layer, cfg, layer_index, caches[0], pos, kv_map)
+        got = attention_kernels(x, layer, cfg, layer_index, caches[1], pos, kv_map)
+        assert torch.isfinite(got).all()
+        assert rel(got, ref) < TOL, (faults, layer_index, pos)
+
+
+def test_window_and_sinks_change_the_output(layer):
+    """The tolerance above is tight enough to see the features the kernel implements."""
+    g = torch.Generator().manual_seed(3)
+    B, T, HQ, HKV, D, S = 1, 1, 4, 2, 16, 64
+    q = torch.randn(B, T, HQ, D, generator=g).to(torch.bfloat16)
+    kc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16)
+    vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16)
+    pos, kv_map, sinks = torch.tensor([40]), torch.tensor([0, 0, 1, 1]), torch.full((HQ,), 2.0)
+    base = K.attention_sinks(q, kc, vc, pos, kv_map, sinks)
+    assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, sinks, window=8), base) > 5e-2
+    assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, None), base) > 5e-2
+    assert rel(K.attention_sinks(q, kc, vc, pos, torch.tensor([0, 1, 0, 1]), sinks), base) > 5e-2
+
+
+def test_attention_input_errors():
+    q = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
+    kc = torch.zeros(1, 8, 2, 16, dtype=torch.bfloat16)
+    pos = torch.tensor([0])
+    with pytest.raises(ValueError, match="kv_map must have one entry per query head"):
+        K.attention_sinks(q, kc, kc, pos, torch.tensor([0, 1]), None)
+    with pytest.raises(ValueError, match="sinks must have one entry per query head"):
+        K.attention_sinks(q, kc, kc, pos, torch.tensor([0, 0, 1, 1]), torch.zeros(3))
+    with pytest.raises(ValueError, match="do not match q"):
+        K.attention_sinks(q, kc[..., :8], kc[..., :8], pos, torch.tensor([0, 0, 1, 1]), None)
+    with pytest.raises(ValueError, match="pairs must be one of"):
+        K.rope_kv_write(torch.zeros(1, 1, 128, dtype=torch.bfloat16), pos, torch.zeros(8, 8), torch.zeros(8, 8),
+                        kc, kc, 4, pairs="interleaved")
