@@ -5,7 +5,8 @@ config). SOURCES names the run each table set was derived from.
 """
 
 SOURCES = {'linear': 'results/20261122T070939-h100-80gb-hbm3-linear_gptoss',
- 'moe': 'results/20261122T073433-h100-80gb-hbm3-moe_gptoss'}
+ 'moe': 'results/20261122T073433-h100-80gb-hbm3-moe_gptoss + '
+        'results/20261122T090548-h100-80gb-hbm3-moe_decode'}
 
 LINEAR_TABLES = {'default': [(1, 'gemv_h2', {'BLOCK_K': 512, 'BLOCK_M': 1, 'BLOCK_N': 32, 'num_stages': 1, 'num_warps': 4}),
              (2, 'gemv_h2', {'BLOCK_K': 512, 'BLOCK_M': 2, 'BLOCK_N': 32, 'num_stages': 1, 'num_warps': 4}),
@@ -228,11 +229,11 @@ LINEAR_TABLES = {'default': [(1, 'gemv_h2', {'BLOCK_K': 512, 'BLOCK_M': 1, 'BLOC
                   (2048, 'dequant_gemm', {'CHUNK_N': 0}),
                   (4611686018427387904, 'dequant_gemm', {'CHUNK_N': 0})]}
 
-MOE_TABLES = {'default': [(1, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 64, 'num_warps': 4}),
-             (2, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-             (4, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-             (8, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 2, 'BLOCK_N': 64, 'num_warps': 4}),
-             (16, 'moe_tc', {'BLOCK_K': 64, 'BLOCK_M': 16, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),
+MOE_TABLES = {'default': [(1, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 1, 'BLOCK_N': 16, 'num_warps': 2}),
+             (2, 'moe_h2', {'BLOCK_K': 512, 'BLOCK_M': 1, 'BLOCK_N': 32, 'num_warps': 2}),
+             (4, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+             (8, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+             (16, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
              (32, 'moe_tc', {'BLOCK_K': 64, 'BLOCK_M': 32, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),
              (64, 'moe_tc', {'BLOCK_K': 64, 'BLOCK_M': 32, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),
              (128, 'moe_tc', {'BLOCK_K': 64, 'BLOCK_M': 32, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),
@@ -247,11 +248,11 @@ MOE_TABLES = {'default': [(1, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_
              (4611686018427387904,
               'moe_tc',
               {'BLOCK_K': 64, 'BLOCK_M': 128, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4})],
- (32, 5760, 2880): [(1, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 64, 'num_warps': 4}),
-                    (2, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-                    (4, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 2, 'BLOCK_N': 128, 'num_warps': 4}),
-                    (8, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 2, 'BLOCK_N': 64, 'num_warps': 4}),
-                    (16, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 4, 'BLOCK_N': 128, 'num_warps': 4}),
+ (32, 5760, 2880): [(1, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 1, 'BLOCK_N': 16, 'num_warps': 2}),
+                    (2, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+                    (4, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+                    (8, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+                    (16, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
                     (32,
                      'moe_tc',
                      {'BLOCK_K': 64, 'BLOCK_M': 32, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),
@@ -276,12 +277,12 @@ MOE_TABLES = {'default': [(1, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_
                     (4611686018427387904,
                      'moe_tc',
                      {'BLOCK_K': 64, 'BLOCK_M': 128, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4})],
- (128, 5760, 2880): [(1, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 64, 'num_warps': 4}),
-                     (2, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-                     (4, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-                     (8, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 64, 'num_warps': 4}),
-                     (16, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 1, 'BLOCK_N': 128, 'num_warps': 4}),
-                     (32, 'moe_gemv', {'BLOCK_K': 128, 'BLOCK_M': 2, 'BLOCK_N': 64, 'num_warps': 4}),
+ (128, 5760, 2880): [(1, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 1, 'BLOCK_N': 16, 'num_warps': 2}),
+                     (2, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 1, 'BLOCK_N': 16, 'num_warps': 2}),
+                     (4, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 1, 'BLOCK_N': 16, 'num_warps': 2}),
+                     (8, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+                     (16, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
+                     (32, 'moe_h2', {'BLOCK_K': 256, 'BLOCK_M': 2, 'BLOCK_N': 16, 'num_warps': 2}),
                      (64,
                       'moe_tc',
                       {'BLOCK_K': 64, 'BLOCK_M': 32, 'BLOCK_N': 128, 'num_stages': 3, 'num_warps': 4}),

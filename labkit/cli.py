@@ -313,7 +313,7 @@ def cmd_table(args) -> int:
             raise ValueError("give --linear RUN and/or --moe RUN")
         lin = derive_tables(args.linear, "linear") if args.linear else None
         moe = derive_tables(args.moe, "moe", routing=args.routing) if args.moe else None
-        sources = {k: str(v) for k, v in (("linear", args.linear), ("moe", args.moe)) if v}
+        sources = {k: " + ".join(map(str, v)) for k, v in (("linear", args.linear), ("moe", args.moe)) if v}
         print(f"wrote {write_tables(lin, moe, sources)}")
         return 0
     if args.tables_from:
@@ -386,14 +386,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="variant='auto' tables: derive them from runs, or report their regret")
     tsub = p.add_subparsers(dest="table_command", metavar="TABLE_COMMAND", required=True)
     t = tsub.add_parser("write", help="derive tables from runs and write kernels/tables_measured.py")
-    t.add_argument("--linear", metavar="RUN", help="run folder with linear points")
-    t.add_argument("--moe", metavar="RUN", help="run folder with moe_layer points")
+    t.add_argument("--linear", metavar="RUN", nargs="+", help="run folder(s) with linear points")
+    t.add_argument("--moe", metavar="RUN", nargs="+", help="run folder(s) with moe_layer points")
     t.add_argument("--routing", default="uniform", help="routing the MoE tables are fitted to (default uniform)")
     t.set_defaults(func=cmd_table)
     t = tsub.add_parser("regret", help="auto's time over the best time, per measured point of a run")
-    t.add_argument("run")
+    t.add_argument("run", nargs="+", help="run folder(s)")
     t.add_argument("--op", choices=("linear", "moe"), default="linear")
-    t.add_argument("--tables-from", metavar="RUN", help="derive the tables from this run instead of the package's")
+    t.add_argument("--tables-from", metavar="RUN", nargs="+",
+                   help="derive the tables from these runs instead of the package's")
     t.add_argument("--routing", default="uniform")
     t.set_defaults(func=cmd_table)
 

@@ -7,6 +7,9 @@ shapes (not the routing), so there is one table per measured problem shape, keye
 "default" table for shapes never measured: at each count, the candidate measured on every problem with the
 smallest worst-case regret.
 
+Every function taking a run also takes a list of runs: a focused sweep (say 1-64 tokens with a new decode
+variant) then refines a broad one without remeasuring it.
+
 Regret of a table on a run: for every measured problem, the time of the config auto picks there over the
 best time measured for that problem (1.0 = auto is the best; NaN = auto's pick was not measured there).
 """
@@ -29,12 +32,14 @@ def _problem_cols(op: str) -> list[str]:
     return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
 
 
-def _points(run_dir, op: str) -> pd.DataFrame:
-    df = read_runs([run_dir])
+def _points(runs, op: str) -> pd.DataFrame:
+    """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
+    runs keeps each measurement; the fastest counts)."""
+    df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
     if df.empty:
-        raise ValueError(f"{run_dir} has no ok {point_op} points")
+        raise ValueError(f"{runs} has no ok {point_op} points")
     df["t"] = df["us_graph"].fillna(df["us_eager"])
     if "shape" not in df.columns:
         df["shape"] = ""

@@ -24,14 +24,19 @@ def rel(a, b):
 
 
 @pytest.fixture(scope="module")
-def layer():
-    return synthetic_weights(CFG, seed=0).layers[0]
+def weights():
+    return synthetic_weights(CFG, seed=0)
 
 
-def test_rms_norm_matches_torch():
+@pytest.fixture
+def layer(weights, device):
+    return weights.to(device).layers[0]
+
+
+def test_rms_norm_matches_torch(device):
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(3, 5, 80, generator=g) * 4).to(torch.bfloat16)
-    w = torch.rand(80, generator=g) + 0.5
+    x = (torch.randn(3, 5, 80, generator=g) * 4).to(torch.bfloat16).to(device)
+    w = (torch.rand(80, generator=g) + 0.5).to(device)
     got = K.rms_norm(x, w, 1e-5)
     assert got.dtype == torch.bfloat16 and got.shape == x.shape
     assert rel(got, rms_norm_torch(x, w, 1e-5)) < 1e-2
@@ -40,13 +45,13 @@ def test_rms_norm_matches_torch():
 
 
 @pytest.mark.parametrize("pairs", ["half", "consecutive"])
-def test_rope_kv_write_rotates_and_fills_the_cache_at_positions(pairs):
+def test_rope_kv_write_rotates_and_fills_the_cache_at_positions(pairs, device):
     g = torch.Generator().manual_seed(1)
     B, T, HQ, HKV, D, S = 2, 5, 4, 2, 16, 12
-    qkv = torch.randn(B, T, (HQ + 2 * HKV) * D, generator=g).to(torch.bfloat16)
-    pos = torch.arange(3, 3 + T)
-    cos, sin = torch.rand(S, D // 2, generator=g), torch.rand(S, D // 2, generator=g)
-    kc = torch.zeros(B, S, HKV, D, dtype=torch.bfloat16)
+    qkv = torch.randn(B, T, (HQ + 2 * HKV) * D, generator=g).to(torch.bfloat16).to(device)
+    pos = torch.arange(3, 3 + T, device=device)
+    cos, sin = torch.rand(S, D // 2, generator=g).to(device), torch.rand(S, D // 2, generator=g).to(device)
+    kc = torch.zeros(B, S, HKV, D, dtype=torch.bfloat16, device=device)
     vc = torch.zeros_like(kc)
     q = K.rope_kv_write(qkv, pos, cos, sin, kc, vc, HQ, pairs=pairs)
     q_ref, k_ref, v_ref = qkv.split([HQ * D, HKV * D, HKV * D], dim=-1)
@@ -59,34 +64,36 @@ def test_rope_kv_write_rotates_and_fills_the_cache_at_positions(pairs):
 
 @pytest.mark.parametrize("faults", [(), ("gqa_mod",), ("sinks_dropped",), ("rope_pairs",)])
 @pytest.mark.parametrize("layer_index", [0, 1])  # sliding window (8) and full causal
-def test_attention_kernels_match_torch_prefill_then_decode(layer, faults, layer_index):
+def test_attention_kernels_match_torch_prefill_then_decode(layer, faults, layer_index, device):
     cfg = CFG.with_faults(*faults) if faults else CFG
-    kv_map = kv_head_map(cfg)
+    kv_map = kv_head_map(cfg).to(device)
     g = torch.Generator().manual_seed(2)
-    caches = [KVCache.create(cfg, 2, 16, "cpu") for _ in range(2)]
+    caches = [KVCache.create(cfg, 2, 16, device) for _ in range(2)]
     for c in caches[1:]:  # stale garbage beyond the written positions must never be read
         c.k.fill_(float("nan"))
         c.v.fill_(float("nan"))
     for pos in (torch.arange(12), torch.tensor([12]), torch.tensor([13])):
-        x = torch.randn(2, pos.numel(), CFG.hidden, generator=g).to(torch.bfloat16)
+        pos = pos.to(device)
+        x = torch.randn(2, pos.numel(), CFG.hidden, generator=g).to(torch.bfloat16).to(device)
         ref = attention(x, layer, cfg, layer_index, caches[0], pos, kv_map)
         got = attention_kernels(x, layer, cfg, layer_index, caches[1], pos, kv_map)
         assert torch.isfinite(got).all()
         assert rel(got, ref) < TOL, (faults, layer_index, pos)
 
 
-def test_window_and_sinks_change_the_output(layer):
+def test_window_and_sinks_change_the_output(device):
     """The tolerance above is tight enough to see the features the kernel implements."""
     g = torch.Generator().manual_seed(3)
     B, T, HQ, HKV, D, S = 1, 1, 4, 2, 16, 64
-    q = torch.randn(B, T, HQ, D, generator=g).to(torch.bfloat16)
-    kc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16)
-    vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16)
-    pos, kv_map, sinks = torch.tensor([40]), torch.tensor([0, 0, 1, 1]), torch.full((HQ,), 2.0)
+    q = torch.randn(B, T, HQ, D, generator=g).to(torch.bfloat16).to(device)
+    kc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)
+    vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)
+    pos, sinks = torch.tensor([40], device=device), torch.full((HQ,), 2.0, device=device)
+    kv_map = torch.tensor([0, 0, 1, 1], device=device)
     base = K.attention_sinks(q, kc, vc, pos, kv_map, sinks)
     assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, sinks, window=8), base) > 5e-2
     assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, None), base) > 5e-2
-    assert rel(K.attention_sinks(q, kc, vc, pos, torch.tensor([0, 1, 0, 1]), sinks), base) > 5e-2
+    assert rel(K.attention_sinks(q, kc, vc, pos, torch.tensor([0, 1, 0, 1], device=device), sinks), base) > 5e-2
 
 
 def test_attention_input_errors():

@@ -35,6 +35,15 @@ def test_tables_pick_the_fastest_per_shape_and_minimax_by_default(tmp_path):
     assert ns["LINEAR_TABLES"] == t and ns["SOURCES"]["linear"] == str(run)
 
 
+def test_a_focused_run_refines_a_broad_one(tmp_path):
+    broad = _run(tmp_path / "a", [_pt("a", 128, 1, "gemv", 10), _pt("a", 128, 8, "dot_scaled", 5)])
+    focused = _run(tmp_path / "b", [_pt("a", 128, 1, "gemv_h2", 7), _pt("a", 128, 1, "gemv", 12)])
+    t = derive_tables([broad, focused], "linear")
+    assert [r[1] for r in t[(128, 64)]] == ["gemv_h2", "dot_scaled"]
+    r = regret([broad, focused], t, "linear")
+    assert (r["regret"] == 1.0).all() and len(r) == 2
+
+
 def test_package_tables_come_from_committed_h100_runs():
     import kernels.tables_measured as tm
 
