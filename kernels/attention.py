@@ -68,7 +68,8 @@ def rope_kv_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
     B, T, W = qkv.shape
     _, S, HKV, D = k_cache.shape
     if W != (q_heads + 2 * HKV) * D or k_cache.shape != v_cache.shape or k_cache.shape[0] != B:
-        raise ValueError(f"qkv {tuple(qkv.shape)} does not match {q_heads} q heads and a cache of {tuple(k_cache.shape)}")
+        raise ValueError(f"qkv {tuple(qkv.shape)} does not match {q_heads} q heads and a cache of "
+                         f"{tuple(k_cache.shape)}")
     if D & (D - 1) or D < 2:
         raise ValueError(f"head_dim must be a power of two, got {D}")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):

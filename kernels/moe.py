@@ -7,12 +7,13 @@
 
 Both GEMM launches have a grid fixed by T, k, E and the tile shape; programs whose expert has no tokens
 exit at once, so any routing (zero-token experts, duplicates, everything on one expert) runs under one
-captured graph without a host sync. The decode variants size their grid by min(T*k, E) programs per N tile
-(see _program_expert), so one token launches 4 expert rows of programs, not 128.
+captured graph without a host sync. The decode variants give every expert-sorted position a row of programs
+and each BLOCK_M chunk of an expert's positions its own program (see _program_rows): one token launches 4
+rows of programs, not 128, and a hot expert's tokens are spread out instead of looped over.
 
 Variants (VARIANTS, kind "moe"):
-  moe_gemv  decode: grid (expert, N tile); each program streams its expert's weight tile once per BLOCK_M
-            tokens and loops over all of the expert's tokens inside. CUDA cores, exact for every scale byte.
+  moe_gemv  decode: grid (sorted position, N tile); each program streams its expert's weight tile once for
+            BLOCK_M of its tokens. CUDA cores, exact for every scale byte.
   moe_h2    moe_gemv's structure with gemv_h2's packed half2 FMAs: x goes to fp16 first (x_to_f16, one
             small launch) and mlp1 stores the SwiGLU output as scaled fp16 in the same permuted order, so
             mlp2 reads it directly. Exact for scale bytes 0..253.
@@ -93,25 +94,20 @@ def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
 
 
 @triton.jit
-def _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS: tl.constexpr):
-    """(expert, first sorted position, end, has work) for a decode program.
+def _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M: tl.constexpr):
+    """(expert, sorted positions rm, their mask, has work) of a decode program.
 
-    SLOTS (T*k <= E): grid dim 0 walks the T*k expert-sorted positions and the first position of each
-    expert does its work, so only experts with tokens get programs. Otherwise grid dim 0 is the expert id
-    and experts without tokens exit at once.
+    Grid dim 0 walks the T*k expert-sorted positions; program i works on positions i..i+BLOCK_M-1 of its
+    expert when i starts a BLOCK_M chunk of them, and the others exit. Only experts with tokens get
+    programs, and an expert with many tokens is spread over many programs that read its weights
+    concurrently (mostly from L2) instead of one program passing over them again and again.
     """
     i = tl.program_id(0)
-    if SLOTS:
-        e = tl.load(ids_ptr + tl.load(sorted_ptr + i))
-        start = tl.load(offs_ptr + e)
-        end = tl.load(offs_ptr + e + 1)
-        active = start == i
-    else:
-        e = i
-        start = tl.load(offs_ptr + e)
-        end = tl.load(offs_ptr + e + 1)
-        active = end > start
-    return e, start, end, active
+    e = tl.load(ids_ptr + tl.load(sorted_ptr + i))
+    start = tl.load(offs_ptr + e)
+    end = tl.load(offs_ptr + e + 1)
+    rm = i + tl.arange(0, BLOCK_M)
+    return e, rm, rm < end, (i - start) % BLOCK_M == 0
 
 
 @triton.jit
@@ -130,28 +126,25 @@ def _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _moe_gemv_kernel(a_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
-                     alpha, limit, PHASE: tl.constexpr, SLOTS: tl.constexpr, BLOCK_M: tl.constexpr,
+                     alpha, limit, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    e, start, end, active = _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS)
+    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
         KW = K // 8
         rw = tl.arange(0, BLOCK_K // 8)
         rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
-        for m0 in range(start, end, BLOCK_M):
-            rm = m0 + tl.arange(0, BLOCK_M)
-            mmask = rm < end
-            slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
-            acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                kw = k0 // 8 + rw
-                km = kw < KW
-                v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
-                s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=0)
-                p = gemv_products(v, a_ptr + src[:, None].to(tl.int64) * K + (kw * 8)[None, :],
-                                  mmask[:, None] & km[None, :])
-                acc += p * e8m0_to_f32(s)[None]
-            out = tl.sum(acc, axis=2) * F16_TRICK
-            _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N)
+        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kw = k0 // 8 + rw
+            km = kw < KW
+            v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
+            s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=0)
+            p = gemv_products(v, a_ptr + src[:, None].to(tl.int64) * K + (kw * 8)[None, :],
+                              mmask[:, None] & km[None, :])
+            acc += p * e8m0_to_f32(s)[None]
+        out = tl.sum(acc, axis=2) * F16_TRICK
+        _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -160,39 +153,36 @@ def _moe_gemv_kernel(a_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, 
 
 @triton.jit
 def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
-                   TOPK, alpha, limit, act_scale, PHASE: tl.constexpr, SLOTS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   TOPK, alpha, limit, act_scale, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Input rows are fp16 words from x_to_f16 (mlp1: per-token scale xs) or the ACT16 epilogue (mlp2: act_scale)."""
-    e, start, end, active = _program_expert(ids_ptr, sorted_ptr, offs_ptr, SLOTS)
+    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
         KW = K // 8
         rw = tl.arange(0, BLOCK_K // 8)
         rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
         full = K // BLOCK_K
-        for m0 in range(start, end, BLOCK_M):
-            rm = m0 + tl.arange(0, BLOCK_M)
-            mmask = rm < end
-            slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
-            xp = x16_ptr + src[:, None].to(tl.int64) * (KW * 4) + (rw * 4)[None, :]
-            wp = w_base + rw[None, :]
-            sp = s_base + (rw // 4)[None, :]
-            acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
-            for _ in range(0, full):
-                acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
-                wp += BLOCK_K // 8
-                sp += BLOCK_K // 32
-                xp += BLOCK_K // 2
-            if full * BLOCK_K < K:
-                km = full * (BLOCK_K // 8) + rw < KW
-                acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0),
-                              xp, km, True)
-            if PHASE == 1:
-                xs = tl.load(xs_ptr + src)
-            else:
-                xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
-            out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2_step doubles the scales
-            _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
-                      PHASE == 1, act_scale)
+        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+        xp = x16_ptr + src[:, None].to(tl.int64) * (KW * 4) + (rw * 4)[None, :]
+        wp = w_base + rw[None, :]
+        sp = s_base + (rw // 4)[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
+        for _ in range(0, full):
+            acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
+            wp += BLOCK_K // 8
+            sp += BLOCK_K // 32
+            xp += BLOCK_K // 2
+        if full * BLOCK_K < K:
+            km = full * (BLOCK_K // 8) + rw < KW
+            acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0),
+                          xp, km, True)
+        if PHASE == 1:
+            xs = tl.load(xs_ptr + src)
+        else:
+            xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
+        out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2_step doubles the scales
+        _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+                  PHASE == 1, act_scale)
 
 
 def act16_scale(limit: float) -> float:
@@ -267,27 +257,25 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.
 # Launchers
 
 
-def _decode_grid(r: Routing, N: int, block_n: int) -> tuple[tuple[int, int], bool]:
-    """Grid of the decode kernels and their SLOTS flag (see _program_expert)."""
-    S = r.sorted.numel()
-    slots = S <= r.num_experts
-    return (S if slots else r.num_experts, triton.cdiv(N, block_n)), slots
+def _decode_grid(r: Routing, N: int, block_n: int) -> tuple[int, int]:
+    """Grid of the decode kernels: every expert-sorted position times every N tile (see _program_rows)."""
+    return r.sorted.numel(), triton.cdiv(N, block_n)
 
 
 def _launch_gemv(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg):
     E, N, K = p.shape
-    grid, slots = _decode_grid(r, N, cfg["BLOCK_N"])
+    grid = _decode_grid(r, N, cfg["BLOCK_N"])
     _moe_gemv_kernel[grid](src, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
-                           float(alpha), float(limit), PHASE=phase, SLOTS=slots, BLOCK_M=cfg["BLOCK_M"],
+                           float(alpha), float(limit), PHASE=phase, BLOCK_M=cfg["BLOCK_M"],
                            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
                            num_stages=cfg.get("num_stages", 1))
 
 
 def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
     E, N, K = p.shape
-    grid, slots = _decode_grid(r, N, cfg["BLOCK_N"])
+    grid = _decode_grid(r, N, cfg["BLOCK_N"])
     _moe_h2_kernel[grid](x16.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out,
-                         N, K, r.top_k, float(alpha), float(limit), act_scale, PHASE=phase, SLOTS=slots,
+                         N, K, r.top_k, float(alpha), float(limit), act_scale, PHASE=phase,
                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                          num_warps=cfg["num_warps"], num_stages=1)
 
@@ -363,7 +351,7 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8)},
     defaults={"BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers),
-    description="decode: one program per (expert, N tile) streams the expert's weights for all its tokens",
+    description="decode: one program per (BLOCK_M tokens of an expert, N tile) streams that weight tile once",
 ))
 register(Variant(
     name="moe_h2", kind="moe", op="moe", fn=_run_moe_h2,

@@ -9,8 +9,8 @@ tolerance is where to look for the bug: everything before it agrees.
 Variants are written as specs: "ref" (torch attention and MoE, bf16 lm_head), "kernels" (attention_sinks,
 moe_mxfp4, mxfp4_linear),
 a fault name (ref with that fault), or comma-separated items mixing those with key=value settings:
-attention=torch|triton, moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4, rounding=floor|ceil|rceil|even, e.g.
-"kernels,sinks_dropped" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
+attention=torch|triton, moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4,
+rounding=floor|ceil|rceil|even, e.g. "kernels,sinks_dropped" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def parse_variant(spec: str | Variant) -> Variant:
             elif key in keys:
                 settings[keys[key]] = value
             else:
-                raise ValueError(f"variant {spec!r}: unknown setting {key!r}; use attention=, moe=, lm_head=, rounding=, "
-                                 f"faults=")
+                raise ValueError(f"variant {spec!r}: unknown setting {key!r}; "
+                                 f"use attention=, moe=, lm_head=, rounding=, faults=")
         elif item in BASES:
             settings.update(BASES[item])
         elif item in FAULTS:
