@@ -311,9 +311,12 @@ def cmd_table(args) -> int:
     if args.table_command == "write":
         if not args.linear and not args.moe:
             raise ValueError("give --linear RUN and/or --moe RUN")
-        lin = derive_tables(args.linear, "linear") if args.linear else None
-        moe = derive_tables(args.moe, "moe", routing=args.routing) if args.moe else None
-        sources = {k: " + ".join(map(str, v)) for k, v in (("linear", args.linear), ("moe", args.moe)) if v}
+        import kernels.tables_measured as tm  # the op not given keeps its current tables and source
+
+        lin = derive_tables(args.linear, "linear") if args.linear else getattr(tm, "LINEAR_TABLES", None)
+        moe = derive_tables(args.moe, "moe", routing=args.routing) if args.moe else getattr(tm, "MOE_TABLES", None)
+        sources = dict(getattr(tm, "SOURCES", {}))
+        sources.update({k: " + ".join(map(str, v)) for k, v in (("linear", args.linear), ("moe", args.moe)) if v})
         print(f"wrote {write_tables(lin, moe, sources)}")
         return 0
     if args.tables_from:

@@ -6,7 +6,8 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
     shapes: {lm_head: [201088, 2880]}        # name: [N, K]  (GPU sizes)
     cpu_shapes: {lm_head: [96, 128]}         # the small sizes used without a GPU (Triton interpreter)
     m: [1, 2, 4]                             # token counts (cpu_m without a GPU)
-    variants:                                # variant: {param: [values]}; BLOCK_M: auto = smallest tile >= M
+    variants:                                # variant: {param: [values]} or a list of such grids (union);
+                                             # BLOCK_M: auto = smallest tile >= M
       gemv: {BLOCK_M: auto, BLOCK_N: [32, 64], BLOCK_K: [256]}
     m_range: {gemv: [1, 16]}                 # token counts a variant is swept at (default: all)
     baselines: [cublas_bf16, dequant_matmul]
@@ -53,12 +54,18 @@ def _token_tile(values: tuple, m: int) -> int:
     return fits[0] if fits else max(values)
 
 
-def variant_configs(name: str, grid: dict, problem: dict, *, all_tiles: bool = False) -> list[dict]:
+def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: bool = False) -> list[dict]:
     """Configs of one variant for one problem: the spec's grid (BLOCK_M: auto resolved) filtered by the rules.
+    A list of grids gives the union of their configs (for a few hand-picked configs next to a grid).
 
     Token tiles larger than the most tokens one program can get (M for a linear, T*k for a MoE expert) are
     skipped unless all_tiles (the spec's `all_tiles: true`) asks for every tile anyway.
     """
+    if isinstance(grid, list):
+        out: list[dict] = []
+        for g in grid:
+            out += [c for c in variant_configs(name, g, problem, all_tiles=all_tiles) if c not in out]
+        return out
     v = get_variant(name, problem.get("op", "linear"))
     grid = dict(grid or {})
     if grid.get("BLOCK_M") == "auto":

@@ -115,3 +115,12 @@ def test_token_tiles_follow_tokens_per_program():
     assert sorted(c["BLOCK_M"] for c in variant_configs("moe_tc", grid, moe, all_tiles=True)) == [16, 32, 64, 128]
     lin = {"op": "linear", "m": 20, "n": 64, "k": 64}
     assert sorted(c["BLOCK_M"] for c in variant_configs("mma", {"BLOCK_M": [64, 128]}, lin)) == [64]
+
+
+def test_a_list_of_grids_gives_their_union():
+    from labkit.sweep import variant_configs
+
+    moe = {"op": "moe", "m": 8, "tokens": 8, "experts": 8, "top_k": 4, "n": 128, "k": 64}
+    grids = [{"BLOCK_M": [1, 2], "BLOCK_N": [16]}, {"BLOCK_M": 2, "BLOCK_N": 16}, {"BLOCK_M": 4, "BLOCK_N": 32}]
+    got = [(c["BLOCK_M"], c["BLOCK_N"]) for c in variant_configs("moe_h2", grids, moe)]
+    assert got == [(1, 16), (2, 16), (4, 32)]
