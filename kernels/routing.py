@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import tl, triton
+from ._triton import INTERPRETED, tl, triton
 from .formats import _check_tensor
 from .reference import topk_softmax
 
@@ -135,9 +135,11 @@ def route(logits: torch.Tensor, k: int) -> Routing:
     """GPT-OSS routing: top-k of router logits [T, E] (descending), softmax over the k, then bookkeeping.
 
     Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_MAX_TOKENS tokens
-    it is a single Triton program; beyond that torch's top-k and sort kernels.
+    it is a single Triton program; beyond that (or for CPU logits on a machine with a GPU) torch's top-k and
+    sort kernels.
     """
-    if 0 < logits.shape[0] <= FUSED_MAX_TOKENS and logits.dim() == 2 and 1 <= k <= logits.shape[1] <= 1024:
+    fits = logits.dim() == 2 and 0 < logits.shape[0] <= FUSED_MAX_TOKENS and 1 <= k <= logits.shape[1] <= 1024
+    if fits and (logits.is_cuda or INTERPRETED):  # CPU logits on a GPU machine take the torch path
         _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
         return _route_fused(logits.contiguous(), k)
     ids, weights = topk_softmax(logits, k)
