@@ -115,6 +115,24 @@ def h2_step(acc, v, s, xp, kmask, MASK_K: tl.constexpr):
 
 
 @triton.jit
+def h2_tiles(acc, wp, sp, xp, rw, t0, K, BLOCK_K: tl.constexpr):
+    """h2_step over K tiles t0.. to the end of K, the last one masked when BLOCK_K does not divide K.
+
+    wp, sp, xp point at tile t0 (weight words, scale bytes, x16 words) and advance with the tiles."""
+    full = K // BLOCK_K
+    for _ in range(t0, full):
+        acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
+        wp += BLOCK_K // 8
+        sp += BLOCK_K // 32
+        xp += BLOCK_K // 2
+    if full * BLOCK_K < K:
+        km = full * (BLOCK_K // 8) + rw < K // 8
+        acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0), xp, km,
+                      True)
+    return acc
+
+
+@triton.jit
 def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym,
                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     PREFETCH: tl.constexpr):
@@ -150,16 +168,9 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
             wp += BLOCK_K // 8
             sp += BLOCK_K // 32
             xp += BLOCK_K // 2
+        acc = h2_tiles(acc, wp, sp, xp, rw, full, K, BLOCK_K)  # only the K tail is left
     else:
-        for _ in range(0, full):
-            acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
-            wp += BLOCK_K // 8
-            sp += BLOCK_K // 32
-            xp += BLOCK_K // 2
-    if full * BLOCK_K < K:
-        km = full * (BLOCK_K // 8) + rw < KW
-        acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0), xp, km,
-                       True)
+        acc = h2_tiles(acc, wp, sp, xp, rw, 0, K, BLOCK_K)
     xs = tl.load(xs_ptr + rm_c)
     out = tl.sum(acc, axis=2) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: e8m0_times_2 doubled the scales
     if HAS_BIAS:

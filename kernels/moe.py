@@ -31,7 +31,7 @@ import torch
 from ._triton import tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
-from .linear_f16 import h2_step, x_to_f16
+from .linear_f16 import h2_tiles, x_to_f16
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
 from .variants import (
@@ -158,24 +158,12 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     """Input rows are fp16 words from x_to_f16 (mlp1: per-token scale xs) or the ACT16 epilogue (mlp2: act_scale)."""
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
-        KW = K // 8
         rw = tl.arange(0, BLOCK_K // 8)
         rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
-        full = K // BLOCK_K
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
-        xp = x16_ptr + src[:, None].to(tl.int64) * (KW * 4) + (rw * 4)[None, :]
-        wp = w_base + rw[None, :]
-        sp = s_base + (rw // 4)[None, :]
+        xp = x16_ptr + src[:, None].to(tl.int64) * (K // 2) + (rw * 4)[None, :]  # 4 x16 words per weight word
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 8), tl.float32)
-        for _ in range(0, full):
-            acc = h2_step(acc, tl.load(wp), tl.load(sp), xp, rw, False)
-            wp += BLOCK_K // 8
-            sp += BLOCK_K // 32
-            xp += BLOCK_K // 2
-        if full * BLOCK_K < K:
-            km = full * (BLOCK_K // 8) + rw < KW
-            acc = h2_step(acc, tl.load(wp, mask=km[None, :], other=0), tl.load(sp, mask=km[None, :], other=0),
-                          xp, km, True)
+        acc = h2_tiles(acc, w_base + rw[None, :], s_base + (rw // 4)[None, :], xp, rw, 0, K, BLOCK_K)
         if PHASE == 1:
             xs = tl.load(xs_ptr + src)
         else:

@@ -15,6 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from kernels import attention_sinks, rope_kv_write
+
 from .cache import KVCache
 from .config import ModelConfig
 from .rope import apply_rope
@@ -70,8 +72,6 @@ def attention_kernels(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, la
                       positions: torch.Tensor, kv_map: torch.Tensor) -> torch.Tensor:
     """`attention` through kernels.rope_kv_write and kernels.attention_sinks (same faults, same numbers up to
     the bf16 rounding of the softmax probabilities before the PV product)."""
-    from kernels import attention_sinks, rope_kv_write
-
     B, T, _ = x.shape
     c = config
     qkv = F.linear(x, lw.qkv_w, lw.qkv_b)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+import kernels
+
 from .attention import attention, attention_kernels, kv_head_map
 from .backends import Backends, make_lm_head, make_moe
 from .cache import KVCache
@@ -64,9 +66,7 @@ class GptOss:
         self.lm_head = make_lm_head(self.backends, self.weights.unembedding)
         self.kv_map = kv_head_map(config).to(self.device)
         if self.backends.attention == "triton":
-            from kernels import rms_norm as norm
-
-            self._attention, self._norm = attention_kernels, norm
+            self._attention, self._norm = attention_kernels, kernels.rms_norm
         else:
             self._attention, self._norm = attention, rms_norm
         self._hooks: list[Hook] = []
