@@ -26,7 +26,7 @@ import torch
 from ._triton import INTERPRETED, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
-from .linear_f16 import run_gemv_h2, run_tc16
+from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .variants import (
     Variant,
@@ -35,6 +35,7 @@ from .variants import (
     rule_block_k_multiple_of_32,
     rule_dot_k,
     rule_gemv_registers,
+    rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
     rule_scale_window,
@@ -359,6 +360,15 @@ register(Variant(
     defaults={"BLOCK_M": 1, "BLOCK_N": 128, "BLOCK_K": 128, "PREFETCH": False, "num_warps": 4, "num_stages": 1},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
+))
+
+register(Variant(
+    name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64, 128), "BLOCK_K": (128, 256, 512),
+           "num_warps": (2, 4, 8), "num_stages": (1, 2)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_scale_window(0, 253)),
+    description="gemv_h2 with x read plane-major in the weights' own layout and half2 sums per MXFP4 block",
 ))
 
 

@@ -23,8 +23,8 @@ from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, 
 
 
 @triton.jit
-def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, BLOCK_K: tl.constexpr):
-    """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)), groups of 8 permuted; xs[m] undoes the scale."""
+def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr):
+    """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
     m = tl.program_id(0)
     rk = tl.arange(0, BLOCK_K)
     amax = tl.zeros((BLOCK_K,), tl.float32)
@@ -36,22 +36,41 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, BLOCK_K: tl.constexpr):
     e = tl.where(a > 0, tl.maximum(e, -112), 14)
     up = ((141 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(14 - e)
     down = ((e + 113).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(e - 14)
-    j = rk % 8
-    src = rk - j + j // 2 + 4 * (j % 2)  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group
-    for k0 in range(0, K, BLOCK_K):
-        v = tl.load(x_ptr + m * stride_xm + k0 + src, mask=k0 + src < K, other=0.0).to(tl.float32)
-        tl.store(o_ptr + m * K + k0 + rk, (v * up).to(tl.float16), mask=k0 + rk < K)
+    for k0 in range(0, stride_om, BLOCK_K):
+        pos = k0 + rk
+        if PLANES:  # plane j (PLANE fp16 wide) holds the pairs (8w + j, 8w + j + 4) of every word w
+            r = pos % PLANE
+            src = (r // 2) * 8 + pos // PLANE + 4 * (r % 2)
+            ok = r < K // 4
+        else:  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group of 8
+            j = pos % 8
+            src = pos - j + j // 2 + 4 * (j % 2)
+            ok = pos < K
+        v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
+        tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < stride_om)
     tl.store(xs_ptr + m, down)
 
 
-def x_to_f16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x bf16 [M, K] -> (fp16 [M, K] scaled per token and permuted in groups of 8, fp32 [M] scale back)."""
+def x_to_f16(x: torch.Tensor, planes: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
+
+    Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
+    word-major ([M, K]: the 4 words of weight word w side by side) or, with planes=True, plane-major
+    ([M, 4 * plane_words(K) * 2]: plane j holds pair j of every weight word, so consecutive weight words meet
+    consecutive x words; planes are padded with zeros to a multiple of 16 words for aligned vector loads).
+    """
     M, K = x.shape
-    o = torch.empty((M, K), device=x.device, dtype=torch.float16)
+    width = 8 * plane_words(K) if planes else K
+    o = torch.empty((M, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
     if M:
-        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), BLOCK_K=512)
+        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=512, PLANES=planes)
     return o, xs
+
+
+def plane_words(K: int) -> int:
+    """int32 words per plane of a plane-major x16 row: K/8 rounded up to a multiple of 16."""
+    return -(-K // 128) * 16
 
 
 @triton.jit
@@ -179,6 +198,91 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
              mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
+@triton.jit
+def hadd2(a, b):
+    """Packed half2 a + b on uint32 fp16x2 words."""
+    if INTERP:
+        return _pack_h2(half_lo(a) + half_lo(b), half_hi(a) + half_hi(b))
+    else:
+        return tl.inline_asm_elementwise("add.rn.f16x2 $0, $1, $2;", "=r,r,r", [a, b],
+                                         dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@triton.jit
+def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
+    """One K tile of token i: weight words v [R, 4 G] and their block scale bytes s [R, G] times the token's
+    plane-major x16 words at xp (plane 0), 4 packed half2 FMAs per word; the 32 products of an MXFP4 block
+    are summed in half2, then one fp32 conversion and scale multiply per block into acc[:, :, i]."""
+    a, b, c, d = e2m1_pairs(v)
+    if MASK:  # the K tail: words past K are masked in x too (garbage times a zero weight could be NaN)
+        xa = tl.load(xp, mask=xm, other=0)
+        xb = tl.load(xp + PLANE, mask=xm, other=0)
+        xc = tl.load(xp + 2 * PLANE, mask=xm, other=0)
+        xd = tl.load(xp + 3 * PLANE, mask=xm, other=0)
+    else:
+        xa = tl.load(xp)
+        xb = tl.load(xp + PLANE)
+        xc = tl.load(xp + 2 * PLANE)
+        xd = tl.load(xp + 3 * PLANE)
+    h = hmul2(a, xa.to(tl.uint32, bitcast=True))
+    h = hfma2(b, xb.to(tl.uint32, bitcast=True), h)
+    h = hfma2(c, xc.to(tl.uint32, bitcast=True), h)
+    h = hfma2(d, xd.to(tl.uint32, bitcast=True), h)
+    h0, h1 = tl.split(tl.reshape(h, (h.shape[0], G, 2, 2)))  # the 4 words of a block sit in one thread
+    h0, h1 = tl.split(hadd2(h0, h1))
+    h = hadd2(h0, h1)
+    part = (half_lo(h) + half_hi(h)) * e8m0_times_2(s)
+    tok = tl.arange(0, acc.shape[2])[None, None, :]
+    return acc + tl.where(tok == i, part[:, :, None], 0.0)
+
+
+@triton.jit
+def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
+    (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
+    Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    KW = K // 8
+    KB = K // 32
+    G: tl.constexpr = BLOCK_K // 32
+    TW: tl.constexpr = BLOCK_K // 8
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn_c = tl.minimum(rn, N - 1)
+    rw = tl.arange(0, TW)
+    rg = tl.arange(0, G)
+    word = rw[None, :] + 0 * rn_c[:, None]  # [BLOCK_N, TW]: x words are shared by every weight row
+    wp = w_ptr + tl.multiple_of(rn_c * KW, 4)[:, None] + word  # K % 32 == 0: rows start on 16-byte words
+    sp = s_ptr + rn_c[:, None] * KB + rg[None, :]
+    xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + word
+    acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
+    full = KB // G
+    for _ in range(0, full):
+        v = tl.load(wp).to(tl.uint32, bitcast=True)
+        s = tl.load(sp)
+        for i in tl.static_range(BLOCK_M):
+            acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
+                           False)
+        wp += TW
+        sp += G
+        xp += TW
+    if full * G < KB:
+        wm = full * TW + word < KW
+        v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
+        s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
+        for i in tl.static_range(BLOCK_M):
+            acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), wm, i, PLANE, G,
+                           True)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    xs = tl.load(xs_ptr + tl.minimum(rm, M - 1))
+    out = tl.sum(acc, axis=1) * (xs * (F16_TRICK * 0.5))[None, :]  # [BLOCK_N, BLOCK_M]; 0.5 undoes e8m0_times_2
+    if HAS_BIAS:
+        out += tl.load(b_ptr + rn_c).to(tl.float32)[:, None]
+    tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(tl.bfloat16),
+             mask=(rm < M)[None, :] & (rn < N)[:, None])
+
+
 @triton.jit(do_not_specialize=["SMAX"])
 def _tc16_kernel(x16_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, SMAX,
                  HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -239,4 +343,16 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
     _tc16_kernel[grid](x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, y.stride(0),
                        p.scale_max, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                        GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
+    return y
+
+
+def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stages=1):
+    M, K = x.shape
+    N = p.N
+    xq, xs = x_to_f16(x, planes=True)
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
+    _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
+                           M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                           BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
     return y

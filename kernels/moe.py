@@ -31,7 +31,7 @@ import torch
 from ._triton import tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
-from .linear_f16 import h2_tiles, x_to_f16
+from .linear_f16 import h2_tiles, h2g_step, plane_words, x_to_f16
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .routing import Routing
 from .variants import (
@@ -41,6 +41,7 @@ from .variants import (
     rule_block_k_multiple_of_32,
     rule_dot_k,
     rule_gemv_registers,
+    rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
     rule_scale_window,
@@ -52,11 +53,12 @@ from .variants import (
 
 @triton.jit
 def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
-              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0):
+              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0):
     """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
 
     PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2;
-             ACT16: stored as fp16 times act_scale, each group of 8 in the order x_to_f16 uses (for moe_h2).
+             ACT16: stored as fp16 times act_scale in x_to_f16's order (for moe_h2/moe_h2g): word-major, or
+             plane-major with PLANE words per plane when PLANE > 0.
     PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn].
     """
     acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -71,9 +73,14 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
         half = N // 2
         amask = mmask[:, None] & (ri < half)[None, :]
         if ACT16:
-            q = ri % 8  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7
-            pos = ri - q + tl.where(q < 4, 2 * q, 2 * q - 7)
-            tl.store(out_ptr + rm[:, None] * half + pos[None, :], (a * act_scale).to(tl.float16), mask=amask)
+            q = ri % 8
+            if PLANE > 0:  # element 8w + q: plane q % 4, word w, high half when q >= 4
+                pos = (q % 4) * (2 * PLANE) + (ri // 8) * 2 + q // 4
+                width = 8 * PLANE
+            else:  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7
+                pos = ri - q + tl.where(q < 4, 2 * q, 2 * q - 7)
+                width = half
+            tl.store(out_ptr + rm[:, None] * width + pos[None, :], (a * act_scale).to(tl.float16), mask=amask)
         else:
             tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16), mask=amask)
     else:
@@ -173,6 +180,63 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                   PHASE == 1, act_scale)
 
 
+@triton.jit
+def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
+                    TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
+    plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1)."""
+    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    if active:
+        G: tl.constexpr = BLOCK_K // 32
+        TW: tl.constexpr = BLOCK_K // 8
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rn_c = tl.minimum(rn, N - 1)
+        KW = K // 8
+        KB = K // 32
+        word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
+        rg = tl.arange(0, G)
+        wp = w_ptr + e.to(tl.int64) * N * KW + tl.multiple_of(rn_c * KW, 4)[:, None] + word
+        sp = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB + rg[None, :]
+        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+        start = tl.program_id(0)
+        last = tl.load(offs_ptr + e + 1) - 1
+        acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
+        full = KB // G
+        for t in range(0, full):
+            v = tl.load(wp).to(tl.uint32, bitcast=True)
+            s = tl.load(sp)
+            for i in tl.static_range(BLOCK_M):
+                xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + word, word, i, PLANE, G, False)
+            wp += TW
+            sp += G
+        if full * G < KB:
+            wm = full * TW + word < KW
+            v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
+            s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
+            for i in tl.static_range(BLOCK_M):
+                xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + full * TW + word, wm, i, PLANE, G, True)
+        if PHASE == 1:
+            xs = tl.load(xs_ptr + src)
+        else:
+            xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
+        out = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
+        _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+                  PHASE == 1, act_scale, OUT_PLANE)
+
+
+@triton.jit
+def _h2g_source(sorted_ptr, p, TOPK, PHASE: tl.constexpr):
+    """Input row (int64) of sorted position p for h2g_step (a chunk's positions past its expert are clamped
+    to the expert's last one by the caller: read, never stored)."""
+    if PHASE == 1:
+        return (tl.load(sorted_ptr + p) // TOPK).to(tl.int64)
+    else:
+        return p.to(tl.int64)
+
+
 def act16_scale(limit: float) -> float:
     """Power of two that moe_h2 multiplies the SwiGLU output by before storing it as fp16.
 
@@ -268,6 +332,15 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                          num_warps=cfg["num_warps"], num_stages=1)
 
 
+def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
+    E, N, K = p.shape
+    grid = _decode_grid(r, N, cfg["BLOCK_N"])
+    _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
+                          out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
+                          plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                          BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1)
+
+
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
     E, N, K = p.shape
     S = r.sorted.numel()
@@ -304,6 +377,12 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
         act = act.view(torch.float16)
         _launch_h2(1, x16, xs, r, p1, b1, act, alpha, limit, scale, cfg)
         _launch_h2(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
+    elif kind == "h2g":
+        scale = act16_scale(limit)
+        xq, xs = x_to_f16(x, planes=True)
+        act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
+        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
+        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     else:
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
@@ -318,6 +397,10 @@ def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
 
 def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
     return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+
+
+def _run_moe_h2g(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
+    return _run("h2g", x, r, p1, b1, p2, b2, alpha, limit, cfg)
 
 
 def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
@@ -347,6 +430,13 @@ register(Variant(
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
+))
+register(Variant(
+    name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (128, 256, 512), "num_warps": (2, 4)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4},
+    rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_scale_window(0, 253)),
+    description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -148,3 +148,14 @@ def rule_mma_registers(cfg, problem):
     if per_thread > 128:
         return f"accumulator needs {per_thread} registers per thread (BLOCK_M*BLOCK_N/threads > 128)"
     return None
+
+
+def rule_h2g_words(cfg, problem):
+    """The h2g kernels (gemv_h2g, moe_h2g) keep a tile's weight words and their four decoded pairs in
+    registers: past 16 words per thread (BLOCK_N*BLOCK_K/8/threads) the sm_90 build reaches 255 and spills."""
+    words = cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
+    if words > 16:
+        return f"{words} weight words per thread (BLOCK_N*BLOCK_K/8/threads > 16) spill registers"
+    if words < 1:
+        return "fewer weight words than threads (BLOCK_N*BLOCK_K/8 < 32*num_warps)"
+    return None
