@@ -228,6 +228,44 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 
 
 @triton.jit
+def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
+                            act_scale, PLANE, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """mlp2 of moe_h2g with the combine fused (COMBINE=True): program (token t, N tile) runs t's k expert
+    rows one after the other and stores the gate-weighted sum, so no [T*k, H] buffer and no combine launch.
+    Each expert's weight tile is read once per token that chose it (decode: tokens rarely share experts)."""
+    t = tl.program_id(0)
+    G: tl.constexpr = BLOCK_K // 32
+    TW: tl.constexpr = BLOCK_K // 8
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn_c = tl.minimum(rn, N - 1)
+    KW = K // 8
+    KB = K // 32
+    word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
+    rg = tl.arange(0, G)
+    full = KB // G
+    out = tl.zeros((BLOCK_N,), tl.float32)
+    for j in range(0, TOPK):
+        e = tl.load(ids_ptr + t * TOPK + j).to(tl.int64)
+        xp = aq_ptr + tl.load(inv_ptr + t * TOPK + j).to(tl.int64) * (4 * PLANE) + word
+        wp = w_ptr + e * N * KW + tl.multiple_of(rn_c * KW, 4)[:, None] + word
+        sp = s_ptr + e * N * KB + rn_c[:, None] * KB + rg[None, :]
+        acc = tl.zeros((BLOCK_N, G, 1), tl.float32)
+        for _ in range(0, full):
+            acc = h2g_step(acc, tl.load(wp).to(tl.uint32, bitcast=True), tl.load(sp), xp, word, 0, PLANE, G, False)
+            wp += TW
+            sp += G
+            xp += TW
+        if full * G < KB:
+            wm = full * TW + word < KW
+            acc = h2g_step(acc, tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True),
+                           tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0), xp, wm, 0, PLANE, G, True)
+        y = tl.sum(tl.sum(acc, axis=2), axis=1) * (F16_TRICK * 0.5 / act_scale)  # 0.5: h2g_step doubles scales
+        y += tl.load(b_ptr + e * N + rn_c).to(tl.float32)
+        out += tl.load(gate_ptr + t * TOPK + j) * y
+    tl.store(out_ptr + t.to(tl.int64) * N + rn, out.to(tl.bfloat16), mask=rn < N)
+
+
+@triton.jit
 def _h2g_source(sorted_ptr, p, TOPK, PHASE: tl.constexpr):
     """Input row (int64) of sorted position p for h2g_step (a chunk's positions past its expert are clamped
     to the expert's last one by the caller: read, never stored)."""
@@ -382,6 +420,13 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
         xq, xs = x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
+        if cfg.get("COMBINE", False):
+            _, N2, K2 = p2.shape
+            _moe_h2g_combine_kernel[(T, triton.cdiv(N2, cfg["BLOCK_N"]))](
+                act.view(torch.int32), r.ids, r.inverse, p2.words, p2.scales, b2, r.weights, out, N2, K2, r.top_k,
+                scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                num_stages=1)
+            return out
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     else:
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
@@ -433,10 +478,12 @@ register(Variant(
 ))
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (128, 256, 512), "num_warps": (2, 4)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4},
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (128, 256, 512), "num_warps": (2, 4),
+           "COMBINE": (False, True)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_scale_window(0, 253)),
-    description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout",
+    description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
+                "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer)",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -46,7 +46,8 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
     dw = [w.to(device) for w in (w1, b1, w2, b2)]
     cfgs = MOE[name].configs(moe_problem(tokens, r, K.prepare_mxfp4(dw[0]), K.prepare_mxfp4(dw[2])))
-    for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2]]:
+    extra = [{**MOE[name].defaults, "COMBINE": True}] if "COMBINE" in MOE[name].space else []  # fused combine
+    for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2], *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
         assert rel_err(y, ref) < TOL, (routing, cfg)
