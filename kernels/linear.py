@@ -38,6 +38,7 @@ from .variants import (
     rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
+    rule_shared_memory,
     rule_scale_window,
 )
 
@@ -349,8 +350,8 @@ register(Variant(
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": 1, "GROUP_M": 1, "num_warps": 4,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_splitk_tiles,
-           _BF16_WINDOW),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
+           _rule_splitk_tiles, _BF16_WINDOW),
     description="tensor cores with W as the MMA's M side (tokens on N): small M still fills the MMA",
 ))
 register(Variant(
@@ -384,7 +385,8 @@ register(Variant(
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "GROUP_M": (1, 8),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_scale_span),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
+           _rule_scale_span),
     description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
 ))
 register(Variant(
@@ -393,7 +395,8 @@ register(Variant(
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 1, "GROUP_M": 8, "num_warps": 8,
               "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _BF16_WINDOW),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
+           _BF16_WINDOW),
     description="tensor cores, W tiles decoded to bf16 in registers then tl.dot",
 ))
 _DOT_SCALED = dict(

@@ -159,3 +159,17 @@ def rule_h2g_words(cfg, problem):
     if words < 1:
         return "fewer weight words than threads (BLOCK_N*BLOCK_K/8 < 32*num_warps)"
     return None
+
+
+#: shared memory one H100 block may use (227 KB); a config over it fails to launch (OutOfResources)
+SHARED_MEMORY_BYTES = 232448
+
+
+def rule_shared_memory(cfg, problem):
+    """Tensor-core variants pipeline num_stages copies of the x tile (16-bit) and the W tile (packed codes and
+    scale bytes) through shared memory."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    need = cfg.get("num_stages", 1) * (bm * bk * 2 + bn * bk // 2 + bn * bk // 32)
+    if need > SHARED_MEMORY_BYTES:
+        return f"pipelined tiles need ~{need // 1024} KB of shared memory (num_stages * tiles > 227 KB)"
+    return None
