@@ -7,6 +7,9 @@ weight word's fp16x2 pairs hold their elements; the result is scaled back by the
 
   gemv_h2    CUDA cores with packed half2 FMAs (fma.rn.f16x2): 4 instructions per 8 weights and token.
              Partial sums of 8 products stay in fp16, then go to fp32 with the block scale.
+  gemv_h2g   the same FMAs with x plane-major (x_to_f16(planes=True)): x is loaded straight from global memory
+             in the weight tile's register layout, and the 32 products of a block are summed in half2 before
+             one fp32 conversion and scale multiply per block (h2g_step, shared with moe_h2g).
   gemv_tc16  tensor cores on fp16 weights scaled by their E8M0 block scale with one half2 multiply;
              exact for weights whose scale bytes span at most 24 binades (scale_max - scale_min <= 24).
 

@@ -17,6 +17,9 @@ Variants (VARIANTS, kind "moe"):
   moe_h2    moe_gemv's structure with gemv_h2's packed half2 FMAs: x goes to fp16 first (x_to_f16, one
             small launch) and mlp1 stores the SwiGLU output as scaled fp16 in the same permuted order, so
             mlp2 reads it directly. Exact for scale bytes 0..253.
+  moe_h2g   moe_h2 with gemv_h2g's K loop (plane-major fp16 activations, half2 sums per block). COMBINE=True
+            runs mlp2 per token over its k experts with the combine fused (one launch fewer; measured slower
+            on the H100 because each program then streams k weight tiles in a row).
   moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
             of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
             registers as the MMA's M side. Exact for scale bytes 14..240.

@@ -96,6 +96,33 @@ def test_auto_falls_back_when_scales_leave_the_fast_window(device):
         K.mxfp4_linear(x, w, variant="gemv_tc")
 
 
+def test_shared_memory_rule_rules_out_configs_that_cannot_launch():
+    # this gemv_tc16 config needed 368 KB of shared memory and failed to launch on the H100 (227 KB per block)
+    problem = {"m": 1, "n": 200, "k": 160, "scale_min": 120, "scale_max": 124}
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    assert "shared memory" in K.VARIANTS["gemv_tc16"].reason(big, problem)
+    assert K.VARIANTS["gemv_tc16"].reason({**big, "num_stages": 2}, problem) is None
+
+
+def test_x_to_f16_planes_hold_the_pairs_of_each_weight_word(device):
+    from kernels.linear_f16 import plane_words, x_to_f16
+
+    x = torch.randn(2, 96).to(torch.bfloat16).to(device)
+    words, xs = x_to_f16(x)
+    planes, xs2 = x_to_f16(x, planes=True)
+    assert torch.equal(xs, xs2)
+    pw = plane_words(96)
+    assert pw % 16 == 0 and planes.shape == (2, 8 * pw)
+    # word-major [K/8, 4 pairs, 2 halves] -> plane-major [4 planes, K/8 (padded with zeros), 2 halves]
+    wm = words.view(2, 12, 4, 2).permute(0, 2, 1, 3)
+    pm = planes.view(2, 4, pw, 2)
+    assert torch.equal(pm[:, :, :12], wm) and not pm[:, :, 12:].any()
+    # pair j of word w is (x[8w + j], x[8w + j + 4]) times the per-token power of two
+    up = 1 / xs.cpu()
+    ref = x.float().cpu().view(2, 12, 2, 4).permute(0, 3, 1, 2) * up[:, None, None, None]
+    assert torch.equal(pm[:, :, :12].float().cpu(), ref.to(torch.float16).float())
+
+
 def test_table_rows_are_registered_variants():
     for _, name, cfg in LINEAR_TABLE:
         v = K.VARIANTS[name]
