@@ -241,7 +241,8 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 
 @triton.jit
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
-                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PREFETCH: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
@@ -261,9 +262,20 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + word
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
-    for _ in range(0, full):
-        v = tl.load(wp).to(tl.uint32, bitcast=True)
-        s = tl.load(sp)
+    if PREFETCH:  # register double buffer: the next tile's weights are in flight while this one is used
+        n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
+        v_next = tl.load(wp, mask=word < n * TW, other=0)
+        s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
+    for t in range(0, full):
+        if PREFETCH:
+            v = v_next.to(tl.uint32, bitcast=True)
+            s = s_next
+            n = tl.minimum(full - 1 - t, 1)
+            v_next = tl.load(wp + TW, mask=word < n * TW, other=0)
+            s_next = tl.load(sp + G, mask=rg[None, :] < n * G, other=0)
+        else:
+            v = tl.load(wp).to(tl.uint32, bitcast=True)
+            s = tl.load(sp)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
                            False)
@@ -349,7 +361,7 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
     return y
 
 
-def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stages=1):
+def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1):
     M, K = x.shape
     N = p.N
     xq, xs = x_to_f16(x, planes=True)
@@ -357,5 +369,5 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=4, num_stag
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                           BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+                           BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps, num_stages=num_stages)
     return y
