@@ -47,7 +47,16 @@ def test_a_focused_run_refines_a_broad_one(tmp_path):
 def test_package_tables_come_from_committed_h100_runs():
     import kernels.tables_measured as tm
 
-    assert "linear_gptoss" in tm.SOURCES["linear"] and "moe_gptoss" in tm.SOURCES["moe"]
+    import json
+
+    from labkit import RESULTS_DIR
+
+    for op in ("linear", "moe"):
+        runs = tm.SOURCES[op].split(" + ")
+        assert any(f"{op}_gptoss" in r.replace("-", "_") for r in runs), runs  # the broad sweep is one of them
+        for r in runs:  # every source is a committed run measured on an H100
+            meta = json.loads((RESULTS_DIR / r.removeprefix("results/") / "meta.json").read_text())
+            assert "H100" in meta["gpu"], (r, meta["gpu"])
     lm_head = {"m": 1, "n": 201088, "k": 2880, "scale_min": 118, "scale_max": 124}
     assert pick_linear(lm_head)[0] == tm.LINEAR_TABLES[(201088, 2880)][0][1]
     moe = {"m": 4096, "tokens": 4096, "experts": 128, "n": 5760, "k": 2880, "top_k": 4, "scale_min": 118,
