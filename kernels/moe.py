@@ -481,8 +481,8 @@ register(Variant(
 ))
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (16, 32, 64), "BLOCK_K": (128, 256, 512), "num_warps": (2, 4),
-           "COMBINE": (False, True)},
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
+           "num_warps": (2, 4), "COMBINE": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_scale_window(0, 253)),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
