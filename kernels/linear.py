@@ -40,8 +40,8 @@ from .variants import (
     rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
-    rule_shared_memory,
     rule_scale_window,
+    rule_shared_memory,
 )
 
 # ------------------------------------------------------------------------------------------------------------

@@ -368,6 +368,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
-                           M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                           BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps, num_stages=num_stages)
+                           M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
+                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps,
+                           num_stages=num_stages)
     return y

@@ -45,10 +45,9 @@ def test_a_focused_run_refines_a_broad_one(tmp_path):
 
 
 def test_package_tables_come_from_committed_h100_runs():
-    import kernels.tables_measured as tm
-
     import json
 
+    import kernels.tables_measured as tm
     from labkit import RESULTS_DIR
 
     for op in ("linear", "moe"):
