@@ -12,6 +12,9 @@ Variants (registered in VARIANTS, kind "gemv" for small M, "gemm" for large M):
   gemv_h2g     gemv_h2 with x plane-major, loaded in the weight tile's own register layout (no shared-memory
                shuffle), and half2 sums per MXFP4 block: ~3.0 sm_90 instructions per weight against 4.1.
   gemv_tc16    tensor cores on fp16 weights and activations (kernels/linear_f16.py).
+  gemv_mma     tensor cores (mma.sync, fp16) fed by weights decoded in the MMA's own operand registers: no
+               shared memory between load and MMA, ~2.5 instructions per weight for up to BLOCK_M tokens
+               (Gluon with explicit layouts; kernels/linear_mma.py).
   dequant_gemm W decoded to a bf16 scratch buffer by one kernel, then cuBLAS: for prefill-sized M the
                decode is paid once per call instead of once per token tile.
   w4a8         activations quantized to MXFP8 (E4M3 + E8M0) by a small kernel, then tl.dot_scaled(e4m3, e2m1).
@@ -29,6 +32,7 @@ from ._triton import INTERPRETED, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
+from .linear_mma import run_gemv_mma
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .variants import (
     Variant,
@@ -390,6 +394,29 @@ register(Variant(
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
            _rule_scale_span),
     description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
+))
+
+
+def _rule_mma_registers(cfg, problem):
+    """gemv_mma keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step), ROWS * BLOCK_M / 2
+    accumulators and 8 * ROWS * CHUNKS weight words (twice with PREFETCH); past ~160 the sm_90 build spills."""
+    c = cfg["CHUNKS"]
+    regs = 2 * cfg["BLOCK_M"] * c + cfg["ROWS"] * cfg["BLOCK_M"] // 2 + 8 * cfg["ROWS"] * c * (2 if cfg["PREFETCH"] else 1)
+    if regs > 160:
+        return (f"~{regs} data registers per thread (2*BLOCK_M*CHUNKS + ROWS*BLOCK_M/2 + 8*ROWS*CHUNKS*(1+PREFETCH) "
+                "> 160)")
+    if cfg["BLOCK_M"] < 8:
+        return f"BLOCK_M={cfg['BLOCK_M']} is below the MMA's 8 tokens"
+    return None
+
+
+register(Variant(
+    name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
+    space={"BLOCK_M": (8, 16, 32), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
+           "num_warps": (2, 4, 8)},
+    defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4},
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, _rule_scale_span),
+    description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory)",
 ))
 register(Variant(
     name="mma", kind="gemm", op="linear", fn=_run_mma,

@@ -54,16 +54,17 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
     tl.store(xs_ptr + m, down)
 
 
-def x_to_f16(x: torch.Tensor, planes: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
-    word-major ([M, K]: the 4 words of weight word w side by side) or, with planes=True, plane-major
-    ([M, 4 * plane_words(K) * 2]: plane j holds pair j of every weight word, so consecutive weight words meet
-    consecutive x words; planes are padded with zeros to a multiple of 16 words for aligned vector loads).
+    word-major ([M, K rounded up to a multiple of `pad`, zeros past K]: the 4 words of weight word w side by
+    side) or, with planes=True, plane-major ([M, 4 * plane_words(K) * 2]: plane j holds pair j of every weight
+    word, so consecutive weight words meet consecutive x words; planes are padded with zeros to a multiple of
+    16 words for aligned vector loads).
     """
     M, K = x.shape
-    width = 8 * plane_words(K) if planes else K
+    width = 8 * plane_words(K) if planes else -(-K // pad) * pad
     o = torch.empty((M, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
     if M:

@@ -1,0 +1,231 @@
+"""gemv_mma: tensor cores (mma.sync m16n8k16 on fp16) fed with MXFP4 weights decoded in the registers the MMA
+reads them from: no shared memory and no layout shuffle between the load and the MMA.
+
+Why: from 4 tokens up the CUDA-core GEMVs run out of instruction issue (every token adds FMAs per weight),
+and Triton's tl.dot paths move the decoded tile through shared memory. Here the cost per weight is the decode
+alone (~2.5 sm_90 instructions: shift/mask fp16x2 pairs and one half2 scale multiply per pair), whatever the
+number of tokens up to BLOCK_M, because the tensor cores do the multiply-adds.
+
+Fragment map. An m16n8k16 A fragment gives lane 4 g + t rows g and g + 8 and, in each 32-bit register, two
+consecutive (logical) K. K is processed in chunks of 128 (16 words = 4 MXFP4 blocks per row): lane t loads
+words 4t .. 4t+3 of its rows (one 16-byte load, all of block t: one scale byte per row), and word i feeds the
+k-steps 2i and 2i+1: its pair (e_p, e_p+4), p = 2s + h (kernels/decode.py), is the register of k-step 2i + s at
+columns 8h + 2t, 8h + 2t + 1. So logical K 32 i + 16 s + 8 h + 2 t + e holds element 32 t + 8 i + 4 e + 2 s + h of
+the chunk. x is laid out so that the B fragment of lane 4 g + t is 64 contiguous bytes of token g's row: in
+each group of 8, position 4 s + 2 h + e holds element 2 s + h + 4 e, which is x_to_f16's word-major order.
+
+The layouts are written out as Gluon linear layouts and every hand-over to the MMA is checked by the compiler
+to move no data (convert_layout(..., assert_trivial=True)). Gluon does not run in Triton's interpreter, so
+without a GPU the same steps run as a plain Triton kernel (_mma_twin_kernel): same words, decode, logical K
+order and x layout, with tl.dot in fp32.
+
+Numerics are gemv_tc16's: fp16 weights E2M1 * 2^(s - SMAX + 1), exact while the weight's scale bytes span at
+most 24 binades; fp16 activations rescaled per token by a power of two; fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import INTERPRETED, tl, triton
+from .decode import e2m1_pairs, tc_dot
+from .linear_f16 import hmul2, split_h2, x_to_f16
+
+CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
+
+try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exists
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = None
+
+
+@triton.jit
+def _scale_mult(s, SMAX):
+    """Scale bytes -> fp16x2 words 2^(s - SMAX + 15) in both halves (exponent field s - SMAX + 30, >= 1)."""
+    f = tl.maximum(s.to(tl.int32) - SMAX + 30, 1).to(tl.uint32) << 10
+    return f | (f << 16)
+
+
+@triton.jit
+def _halves(p, m):
+    """fp16x2 pair words p scaled by m -> [.., 2] fp16 (low element, high element)."""
+    lo, hi = split_h2(hmul2(p, m))
+    return tl.join(lo, hi)
+
+
+@triton.jit
+def _decode_chunks(v, m):
+    """Words [R, C, 4 (t), 4 (i)] of C chunks and their scale multipliers [R, C, 4, 1] -> fp16 [R, 128 C] in
+    logical K order."""
+    a, b, c, d = e2m1_pairs(v)
+    w = tl.join(tl.join(_halves(a, m), _halves(b, m)), tl.join(_halves(c, m), _halves(d, m)))  # [R,C,t,i,e,h,s]
+    w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))  # [R, C, i, s, h, t, e]
+    return tl.reshape(w, (w.shape[0], w.shape[1] * 128))
+
+
+@triton.jit
+def _x_chunks(xq):
+    """x words [BM, C, 4 (t), 32] as stored -> the B operand [128 C (logical K), BM]."""
+    xq = tl.reshape(xq, (xq.shape[0], xq.shape[1], 4, 8, 2, 2))  # [BM, C, t, (i s), h, e]
+    xq = tl.permute(xq, (1, 3, 4, 2, 5, 0))
+    return tl.reshape(xq, (xq.shape[0] * 128, xq.shape[5]))
+
+
+@triton.jit
+def _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS: tl.constexpr):
+    """acc [rows, tokens] -> y[token, row] in bf16: times the token's scale and 2^(SMAX - 128), plus bias."""
+    xs = tl.load(xs_ptr + tl.minimum(rm, M - 1))
+    wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+    out = acc * (xs * wscale)[None, :]
+    if HAS_BIAS:
+        out += tl.load(b_ptr + tl.minimum(rn, N - 1)).to(tl.float32)[:, None]
+    tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(tl.bfloat16),
+             mask=(rm < M)[None, :] & (rn < N)[:, None])
+
+
+@triton.jit
+def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
+    """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    KW = K // 8
+    KB = K // 32
+    rows = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1)
+    cc = tl.arange(0, CHUNKS)
+    t = tl.arange(0, 4)
+    word = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]
+    block = (cc * 4)[None, :, None] + t[None, None, :]
+    wofs = (rows * KW)[:, None, None, None] + word
+    sofs = (rows * KB)[:, None, None] + block
+    tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M - 1)
+    xofs = ((tok * KP)[:, None, None, None] + (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None]
+            + tl.arange(0, 32)[None, None, None, :])
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    for c in range(0, tl.cdiv(K, CHUNKS * 128)):
+        v = tl.load(w_ptr + wofs + c * CHUNKS * 16, mask=c * CHUNKS * 16 + word < KW, other=0)
+        s = tl.load(s_ptr + sofs + c * CHUNKS * 4, mask=c * CHUNKS * 4 + block < KB, other=0)
+        w = _decode_chunks(v.to(tl.uint32, bitcast=True), _scale_mult(s, SMAX)[:, :, :, None])
+        acc = tc_dot(w, _x_chunks(tl.load(x_ptr + xofs + c * CHUNKS * 128)), acc)
+    _mma_store(acc, xs_ptr, b_ptr, y_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
+               pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX, HAS_BIAS)
+
+
+if gluon is not None:
+    _g_scale_mult = gluon.jit(_scale_mult.fn)
+    _g_halves = gluon.jit(_halves.fn)
+    _g_pairs = gluon.jit(e2m1_pairs.fn)
+    _g_hmul2 = gluon.jit(hmul2.fn)
+    _g_split_h2 = gluon.jit(split_h2.fn)
+    _g_decode_chunks = gluon.jit(_decode_chunks.fn)
+    _g_x_chunks = gluon.jit(_x_chunks.fn)
+    _g_store = gluon.jit(_mma_store.fn)
+
+    @gluon.jit
+    def _g_step(acc, v, s, xq, SMAX, A_L: gl.constexpr, B_L: gl.constexpr):
+        """One K step: decode, hand both operands to the MMA with no data movement (checked), multiply-add."""
+        w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
+        return mma_v2(gl.convert_layout(w, A_L, assert_trivial=True),
+                      gl.convert_layout(_g_x_chunks(xq), B_L, assert_trivial=True), acc)
+
+    @gluon.jit
+    def _mma_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
+                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                    PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr):
+        """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+        pid_n = gl.program_id(0)
+        pid_m = gl.program_id(1)
+        KW = K // 8
+        KB = K // 32
+        LS: gl.constexpr = gl.SliceLayout(3, LW)
+        LC: gl.constexpr = gl.SliceLayout(2, LS)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N - 1)
+        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+        word = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None] + i[None, None, None, :]
+        block = (cc * 4)[None, :, None] + t[None, None, :]
+        wofs = gl.multiple_of(rows * KW, 4)[:, None, None, None] + word  # K % 32 == 0: 16-byte aligned rows
+        sofs = (rows * KB)[:, None, None] + block
+        LXC: gl.constexpr = gl.SliceLayout(3, LX)
+        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC))),
+                         M - 1)
+        xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
+        xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LX))))
+        xofs = ((tok * KP)[:, None, None, None] + (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None]
+                + xr[None, None, None, :])
+        A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+        B_L: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+        STEP: gl.constexpr = CHUNKS * 16  # words per row and step
+        full = KW // STEP
+        if PREFETCH:  # register double buffer: step c + 1's words are in flight while step c is decoded
+            n = gl.minimum(full, 1)
+            v_next = gl.load(w_ptr + wofs, mask=word < n * STEP, other=0)
+            s_next = gl.load(s_ptr + sofs, mask=block < n * (STEP // 4), other=0)
+        for c in range(0, full):
+            if PREFETCH:
+                v = v_next
+                s = s_next
+                n = gl.minimum(full - 1 - c, 1)
+                v_next = gl.load(w_ptr + wofs + (c + 1) * STEP, mask=word < n * STEP, other=0)
+                s_next = gl.load(s_ptr + sofs + (c + 1) * (STEP // 4), mask=block < n * (STEP // 4), other=0)
+            else:
+                v = gl.load(w_ptr + wofs + c * STEP)
+                s = gl.load(s_ptr + sofs + c * (STEP // 4))
+            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + c * (STEP * 8)), SMAX, A_L, B_L)
+        if full * STEP < KW:  # the K tail: words past K load zeros (and x is zero-padded there)
+            v = gl.load(w_ptr + wofs + full * STEP, mask=full * STEP + word < KW, other=0)
+            s = gl.load(s_ptr + sofs + full * (STEP // 4), mask=full * (STEP // 4) + block < KB, other=0)
+            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + full * (STEP * 8)), SMAX, A_L, B_L)
+        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
+    """(weight-word layout, x layout, MMA layout) of a gemv_mma config, as Gluon linear layouts.
+
+    Words [BLOCK_N, CHUNKS, 4 (t), 4 (i)]: registers i (one 16-byte load), row + 8, the chunks, then the ROWS
+    16-row groups of a warp; lanes t then g; warps 16-row groups. x [BLOCK_M, CHUNKS, 4 (t), 32]: 32 contiguous
+    fp16 per lane, chunk and token, token tiles of 8 in registers, every warp holding the same x.
+    """
+    BLOCK_N = 16 * ROWS * num_warps
+    reg = ([[0, 0, 0, 1], [0, 0, 0, 2], [8, 0, 0, 0]] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+           + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))])
+    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]
+    warp = [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))]
+    LW = gl.DistributedLinearLayout(reg, lane, warp, [], [BLOCK_N, CHUNKS, 4, 4])
+    xreg = ([[0, 0, 0, 1 << j] for j in range(5)] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+            + [[8 << j, 0, 0, 0] for j in range(_log2(BLOCK_M // 8))])
+    LX = gl.DistributedLinearLayout(xreg, lane, [[0, 0, 0, 0]] * _log2(num_warps), [], [BLOCK_M, CHUNKS, 4, 32])
+    MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
+    return LW, LX, MMA
+
+
+def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4):
+    """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
+    rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
+    of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once)."""
+    M, K = x.shape
+    N = p.N
+    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS)
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    BLOCK_N = 16 * ROWS * num_warps
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
+    args = (x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, x16.shape[1], y.stride(0),
+            p.scale_max)
+    if INTERPRETED or gluon is None:
+        _mma_twin_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS)
+    else:
+        LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+        _mma_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS,
+                          PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps)
+    return y
