@@ -400,8 +400,8 @@ register(Variant(
 def _rule_mma_registers(cfg, problem):
     """gemv_mma keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step), ROWS * BLOCK_M / 2
     accumulators and 8 * ROWS * CHUNKS weight words (twice with PREFETCH); past ~160 the sm_90 build spills."""
-    c = cfg["CHUNKS"]
-    regs = 2 * cfg["BLOCK_M"] * c + cfg["ROWS"] * cfg["BLOCK_M"] // 2 + 8 * cfg["ROWS"] * c * (2 if cfg["PREFETCH"] else 1)
+    bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
+    regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 160:
         return (f"~{regs} data registers per thread (2*BLOCK_M*CHUNKS + ROWS*BLOCK_M/2 + 8*ROWS*CHUNKS*(1+PREFETCH) "
                 "> 160)")
