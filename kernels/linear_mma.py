@@ -36,10 +36,7 @@ CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exists
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-
-    # renamed async_load after Triton 3.6; kernels only compile where a GPU is (3.6 on the lent H100)
-    _cp_async = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -136,8 +133,7 @@ if gluon is not None:
     @gluon.jit
     def _mma_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                     HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                    PREFETCH: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                    MMA: gl.constexpr, SL: gl.constexpr):
+                    PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr):
         """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -167,26 +163,7 @@ if gluon is not None:
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         STEP: gl.constexpr = CHUNKS * 16  # words per row and step
         full = KW // STEP
-        if STAGES > 0:  # cp.async ring: STAGES - 1 steps of weight words in flight in shared memory, none in
-            # registers; each thread reads back only the words it copied (same layout both ways)
-            steps = gl.cdiv(KW, STEP)
-            buf = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SL)
-            for j in gl.static_range(STAGES - 1):
-                _cp_async(buf.index(j), w_ptr + wofs + j * STEP, mask=j * STEP + group < KW)
-                async_copy.commit_group()
-            s_next = gl.load(s_ptr + sofs, mask=block < KB, other=0)
-            for c in range(0, steps):
-                async_copy.wait_group(STAGES - 2)
-                v = buf.index(c % STAGES).load(LW)
-                nxt = c + STAGES - 1  # into the stage read one step ago (its words are in registers by now)
-                _cp_async(buf.index(nxt % STAGES), w_ptr + wofs + nxt * STEP, mask=nxt * STEP + group < KW)
-                async_copy.commit_group()
-                s = s_next
-                s_next = gl.load(s_ptr + sofs + (c + 1) * (STEP // 4), mask=(c + 1) * (STEP // 4) + block < KB,
-                                 other=0)
-                acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + c * (STEP * 8)), SMAX, A_L, B_L)
-            full = KW  # no tail left
-        elif PREFETCH:  # register double buffer: step c + 1's words are in flight while step c is decoded
+        if PREFETCH:  # register double buffer: step c + 1's words are in flight while step c is decoded
             n = gl.minimum(full, 1)
             v_next = gl.load(w_ptr + wofs, mask=group < n * STEP, other=0)
             s_next = gl.load(s_ptr + sofs, mask=block < n * (STEP // 4), other=0)
@@ -214,8 +191,8 @@ def _log2(v: int) -> int:
     return v.bit_length() - 1
 
 
-def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, STAGES: int, num_warps: int):
-    """(weight-word layout, x layout, MMA layout, shared ring layout) of a gemv_mma config, as Gluon layouts.
+def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
+    """(weight-word layout, x layout, MMA layout) of a gemv_mma config, as Gluon linear layouts.
 
     Words [BLOCK_N, CHUNKS, 4 (t), 4 (i)]: registers i (one 16-byte load), row + 8, the chunks, then the ROWS
     16-row groups of a warp; lanes t then g; warps 16-row groups. x [BLOCK_M, CHUNKS, 4 (t), 32]: 32 contiguous
@@ -231,22 +208,13 @@ def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, STAGES: int, num_warps: in
             + [[8 << j, 0, 0, 0] for j in range(_log2(BLOCK_M // 8))])
     LX = gl.DistributedLinearLayout(xreg, lane, [[0, 0, 0, 0]] * _log2(num_warps), [], [BLOCK_M, CHUNKS, 4, 32])
     MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
-    # shared ring [STAGES, BLOCK_N, CHUNKS, 4, 4] (the layout covers one stage): the words of one register group
-    # of a warp sit contiguous in lane order (16 bytes per lane, 512 per warp access: no bank conflicts), then
-    # row + 8, chunks, row groups, warps
-    off = ([[0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0],
-            [8, 0, 0, 0]] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
-           + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))]
-           + [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))])
-    SL = gl.SharedLinearLayout(off)
-    return LW, LX, MMA, SL
+    return LW, LX, MMA
 
 
-def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, STAGES=0, num_warps=4):
+def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
-    of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). The next step's words wait in
-    registers (PREFETCH) or, with STAGES > 0, STAGES - 1 steps of them in a cp.async ring in shared memory."""
+    of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once)."""
     M, K = x.shape
     N = p.N
     x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS)
@@ -258,7 +226,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, STAGES=
     if INTERPRETED or gluon is None:
         _mma_twin_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS)
     else:
-        LW, LX, MMA, SL = mma_layouts(BLOCK_M, ROWS, CHUNKS, STAGES, num_warps)
+        LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         _mma_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS,
-                          PREFETCH=PREFETCH, STAGES=STAGES, LW=LW, LX=LX, MMA=MMA, SL=SL, num_warps=num_warps)
+                          PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps)
     return y
