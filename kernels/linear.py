@@ -13,7 +13,7 @@ Variants (registered in VARIANTS, kind "gemv" for small M, "gemm" for large M):
                shuffle), and half2 sums per MXFP4 block: ~3.0 sm_90 instructions per weight against 4.1.
   gemv_tc16    tensor cores on fp16 weights and activations (kernels/linear_f16.py).
   gemv_mma     tensor cores (mma.sync, fp16) fed by weights decoded in the MMA's own operand registers: no
-               shared memory between load and MMA, ~2.5 instructions per weight for up to BLOCK_M tokens
+               shared memory between load and MMA, ~3 sm_90 instructions per weight for up to BLOCK_M tokens
                (Gluon with explicit layouts; kernels/linear_mma.py).
   dequant_gemm W decoded to a bf16 scratch buffer by one kernel, then cuBLAS: for prefill-sized M the
                decode is paid once per call instead of once per token tile.

@@ -25,6 +25,8 @@ most 24 binades; fp16 activations rescaled per token by a power of two; fp32 acc
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._triton import INTERPRETED, tl, triton
@@ -114,11 +116,8 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
 
 
 if gluon is not None:
+    # the shared steps re-wrapped for Gluon (the Triton helpers they call are compiled along with them)
     _g_scale_mult = gluon.jit(_scale_mult.fn)
-    _g_halves = gluon.jit(_halves.fn)
-    _g_pairs = gluon.jit(e2m1_pairs.fn)
-    _g_hmul2 = gluon.jit(hmul2.fn)
-    _g_split_h2 = gluon.jit(split_h2.fn)
     _g_decode_chunks = gluon.jit(_decode_chunks.fn)
     _g_x_chunks = gluon.jit(_x_chunks.fn)
     _g_store = gluon.jit(_mma_store.fn)
@@ -191,6 +190,7 @@ def _log2(v: int) -> int:
     return v.bit_length() - 1
 
 
+@functools.cache
 def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     """(weight-word layout, x layout, MMA layout) of a gemv_mma config, as Gluon linear layouts.
 
