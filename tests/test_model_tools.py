@@ -11,7 +11,7 @@ from labkit.cli import main
 from labkit.model import FAULTS, Backends, GptOss, get_config, nvtx_ranges, synthetic_weights
 from labkit.model.diverge import capture, diverge, divergence_chart, parse_variant
 from labkit.model.parity import final_hidden, lm_head_chart, lm_head_study, logit_metrics, model_parity
-from labkit.model.profile import by_component, component_breakdown, moe_verdict, profile_decode
+from labkit.model.profile import by_component, component_breakdown, kernel_table, moe_verdict, profile_decode
 
 CFG = get_config("tiny")
 
@@ -252,3 +252,8 @@ def test_gpu_breakdown_charges_kernels_to_the_innermost_range_window():
     assert comp.loc["other", "us"] == 1 and comp["share"].sum() == pytest.approx(1.0)
     cpu = by_component(component_breakdown(events)).set_index("component")
     assert cpu.loc["moe", "us"] == 0 and cpu.loc["attention", "us"] == 2  # markers' own CPU time not charged
+    k = kernel_table(events + [_Evt("_moe_gemv_kernel", start=61, end=65, device=cuda)], steps=2)
+    assert list(k["kernel"][:2]) == ["_moe_gemv_kernel", "gemm_kernel"]  # slowest first
+    top = k.iloc[0]
+    assert (top["range"], top["launches"], top["us"], top["us_per_launch"]) == ("moe", 1.0, 17.0, 17.0)
+    assert k.set_index("kernel").loc["_combine_kernel", "range"] == "other"

@@ -56,30 +56,55 @@ def _component_of(evt) -> tuple[str, str]:
     return "other", ""
 
 
+def _kernel_events(events):
+    """(innermost component range or None, kernel name, us) for every GPU kernel, memcpy and memset.
+
+    A kernel belongs to the innermost component range whose window contains its start. The profiling pass
+    synchronizes at range boundaries (ranges(sync=True)), so a range's kernels run inside its window. Windows,
+    not launch links, because torch.profiler does not link Triton's driver-API launches (cuLaunchKernelEx) to
+    the range around them (seen on the H100: the launch event sits in its range with no device time, the
+    kernel has no parent).
+    """
+    windows = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events
+                      if e.device_type == torch.autograd.DeviceType.CPU and e.name in COMPONENTS),
+                     key=lambda w: w[1] - w[0])  # innermost (shortest) first
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CPU or e.name in COMPONENTS or e.name.startswith(
+                ("layer.", "ProfilerStep")):
+            continue  # CPU events, and the GPU-side copies of range annotations
+        start = e.time_range.start
+        yield next((w[2] for w in windows if w[0] <= start <= w[1]), None), e.name, e.time_range.elapsed_us()
+
+
+def kernel_table(events, *, steps: int = 1) -> pd.DataFrame:
+    """Every GPU kernel of a profiled decode step: its range, launches and us per step, slowest first.
+
+    This is the answer to "which launch is slow": the component breakdown says where time goes, this says
+    which kernel spends it (a cuBLAS GEMV, a norm, a routing launch) and how many launches a step makes.
+    """
+    acc: dict[tuple[str, str], list] = {}
+    for name, kernel, us in _kernel_events(events):
+        a = acc.setdefault((name or "other", kernel), [0, 0.0])
+        a[0] += 1
+        a[1] += us
+    rows = [{"range": r, "kernel": k, "launches": n / steps, "us": us / steps, "us_per_launch": us / n}
+            for (r, k), (n, us) in acc.items()]
+    df = pd.DataFrame(rows, columns=["range", "kernel", "launches", "us", "us_per_launch"])
+    return df.sort_values("us", ascending=False, ignore_index=True)
+
+
 def component_breakdown(events, *, steps: int = 1, device_time: bool = False) -> pd.DataFrame:
     """Time per step charged to each component range from torch.profiler events (prof.events()).
 
-    device_time: every GPU kernel (and memcpy/memset) is charged to the innermost component range whose window
-    contains the kernel's start. The profiling pass synchronizes at range boundaries (ranges(sync=True)), so
-    a range's kernels run inside its window. Windows, not launch links, because torch.profiler does not link
-    Triton's driver-API launches (cuLaunchKernelEx) to the range around them (seen on the H100: the launch
-    event sits in its range with no device time, the kernel has no parent).
+    device_time: every GPU kernel (and memcpy/memset) is charged to its range as `_kernel_events` finds it.
     Without device_time, ops' own CPU time is charged to the range enclosing them; range markers' own time
     is instrumentation overhead and is not.
     """
     totals: dict[tuple[str, str], float] = {}
     if device_time:
-        windows = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events
-                          if e.device_type == torch.autograd.DeviceType.CPU and e.name in COMPONENTS),
-                         key=lambda w: w[1] - w[0])  # innermost (shortest) first
-        for e in events:
-            if e.device_type == torch.autograd.DeviceType.CPU or e.name in COMPONENTS or e.name.startswith(
-                    ("layer.", "ProfilerStep")):
-                continue  # CPU events, and the GPU-side copies of range annotations
-            start = e.time_range.start
-            name = next((w[2] for w in windows if w[0] <= start <= w[1]), None)
+        for name, _, us in _kernel_events(events):
             key = (name.split(".")[0], name) if name else ("other", "")
-            totals[key] = totals.get(key, 0.0) + e.time_range.elapsed_us()
+            totals[key] = totals.get(key, 0.0) + us
     else:
         for evt in events:
             if evt.device_type != torch.autograd.DeviceType.CPU:
@@ -153,6 +178,7 @@ class ProfileResult:
     max_rel_err: float | None
     parity: dict | None
     generated: list = field(default_factory=list)  # greedy ids of the first sequence
+    kernels: pd.DataFrame | None = None  # kernel_table of the profiled steps (GPU only)
 
     @property
     def frac_of_roofline(self) -> float | None:
@@ -177,6 +203,14 @@ class ProfileResult:
             if r.us > 0:
                 lines.append(f"  {r.component:<11} {r.us:10.1f} us/step  {r.share:6.1%}")
         lines.append(f"  MoE share {self.moe_share:.1%}: {self.verdict}")
+        if self.kernels is not None and len(self.kernels):
+            k = self.kernels
+            busy = float(k["us"].sum())
+            lines.append(f"  {k['launches'].sum():.0f} launches per step, {busy:.0f} us of kernel time "
+                         f"(eager profile); the slowest:")
+            for r in k.head(12).itertuples():
+                lines.append(f"    {r.us:8.1f} us  {r.launches:5.0f} x {r.us_per_launch:6.2f} us  {r.range:<10} "
+                             f"{r.kernel[:70]}")
         if self.parity:
             lines.append(f"  parity vs torch reference: rel. err {self.max_rel_err:.2e}, "
                          f"top-1 {self.parity['top1_agree']:.0%} -> {self.status}")
@@ -207,11 +241,12 @@ class ProfileResult:
         }
 
     def to_json(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("breakdown", "backends")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("breakdown", "backends", "kernels")}
         d["backends"] = asdict(self.backends)
         d["breakdown"] = self.breakdown.to_dict("records")
         d["by_component"] = by_component(self.breakdown).to_dict("records")
         d["frac_of_roofline"] = self.frac_of_roofline
+        d["kernels"] = self.kernels.to_dict("records") if self.kernels is not None else None
         return d
 
 
@@ -291,6 +326,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
             eager.step()
         _sync(device)
     breakdown = component_breakdown(prof.events(), steps=profile_steps, device_time=gpu)
+    kernels = kernel_table(prof.events(), steps=profile_steps) if gpu else None
     moe_share = float(breakdown.loc[breakdown["component"] == "moe", "share"].sum())
 
     status, rel, parity = "ok", None, None
@@ -309,7 +345,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
         eager_step_us=statistics.median(eager_us), tok_s=batch * 1e6 / step_med, peak_mem_gb=peak,
         breakdown=breakdown, moe_share=moe_share, verdict=moe_verdict(moe_share),
         roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head), status=status,
-        max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated)
+        max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated, kernels=kernels)
 
 
 def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) -> tuple[list[float], list[int]]:
