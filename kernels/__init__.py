@@ -72,6 +72,6 @@ from .routing import Routing, route  # noqa: E402
 __all__ += ["moe_mxfp4", "Routing", "route"]
 
 from .attention import attention_sinks, rope_kv_write  # noqa: E402
-from .norm import rms_norm  # noqa: E402
+from .norm import add_rms_norm, rms_norm, router_logits  # noqa: E402
 
-__all__ += ["attention_sinks", "rope_kv_write", "rms_norm"]
+__all__ += ["attention_sinks", "rope_kv_write", "rms_norm", "add_rms_norm", "router_logits"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernels as K
+from kernels._triton import INTERPRETED
 from labkit.model import get_config, synthetic_weights
 from labkit.model.attention import attention, attention_kernels, kv_head_map
 from labkit.model.cache import KVCache
@@ -42,6 +43,44 @@ def test_rms_norm_matches_torch(device):
     assert rel(got, rms_norm_torch(x, w, 1e-5)) < 1e-2
     with pytest.raises(ValueError, match=r"scale must have shape \(80,\)"):
         K.rms_norm(x, w[:10], 1e-5)
+
+
+def test_add_rms_norm_is_the_residual_add_then_the_norm(device):
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(2, 3, 1500, generator=g) * 4).to(torch.bfloat16).to(device)  # H > one 1024 chunk
+    r = (torch.randn(2, 3, 1500, generator=g) * 4).to(torch.bfloat16).to(device)
+    w = (torch.rand(1500, generator=g) + 0.5).to(device)
+    s, y = K.add_rms_norm(x, r, w, 1e-5)
+    ref = x + r  # one bf16 rounding of the fp32 sum: exact compiled; within an ulp (truncation) interpreted
+    assert torch.equal(s, ref) if not INTERPRETED else ((s.float() - ref.float()).abs() <= ref.float().abs() / 128).all()
+    assert rel(y, rms_norm_torch(x + r, w, 1e-5)) < 1e-2
+    s0, y0 = K.add_rms_norm(x, None, w, 1e-5)
+    assert s0 is x and rel(y0, rms_norm_torch(x, w, 1e-5)) < 1e-2 and rel(y0, y) > 0.1
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        K.add_rms_norm(x, r[:, :2], w, 1e-5)
+
+
+@pytest.mark.parametrize("block_e", [1, 4, 16])
+def test_router_logits_fuses_add_norm_and_router_linear(block_e, device):
+    g = torch.Generator().manual_seed(5)
+    H, E = 1500, 20  # E not a multiple of block_e
+    x = (torch.randn(3, H, generator=g) * 4).to(torch.bfloat16).to(device)
+    r = (torch.randn(3, H, generator=g) * 4).to(torch.bfloat16).to(device)
+    w = (torch.rand(H, generator=g) + 0.5).to(device)
+    gw = (torch.randn(E, H, generator=g) / 40).to(torch.bfloat16).to(device)
+    gb = torch.randn(E, generator=g).to(torch.bfloat16).to(device)
+    s, y, logits = K.router_logits(x, r, w, 1e-5, gw, gb, block_e=block_e)
+    s_ref, y_ref = K.add_rms_norm(x, r, w, 1e-5)
+    assert torch.equal(s, s_ref) and torch.equal(y, y_ref)
+    ref = y_ref.float() @ gw.float().T + gb.float()
+    assert logits.dtype == torch.bfloat16 and logits.shape == (3, E)
+    assert rel(logits, ref) < 1e-2
+    _, _, no_res = K.router_logits(x, None, w, 1e-5, gw, gb, block_e=block_e)
+    assert rel(no_res, K.rms_norm(x, w, 1e-5).float() @ gw.float().T + gb.float()) < 1e-2
+    with pytest.raises(ValueError, match=r"gate_w must be \[E, 1500\]"):
+        K.router_logits(x, r, w, 1e-5, gw[:, :10], gb)
+    with pytest.raises(ValueError, match="gate_b must have shape"):
+        K.router_logits(x, r, w, 1e-5, gw, gb[:3])
 
 
 @pytest.mark.parametrize("pairs", ["half", "consecutive"])
@@ -94,6 +133,42 @@ def test_window_and_sinks_change_the_output(device):
     assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, sinks, window=8), base) > 5e-2
     assert rel(K.attention_sinks(q, kc, vc, pos, kv_map, None), base) > 5e-2
     assert rel(K.attention_sinks(q, kc, vc, pos, torch.tensor([0, 1, 0, 1], device=device), sinks), base) > 5e-2
+
+
+def _attention_torch(q, kc, vc, pos, kv_map, sinks, window):
+    """fp32 reference of one query per sequence at position pos (attention_sinks' contract)."""
+    S, D = kc.shape[1], q.shape[-1]
+    k, v = kc[:, :, kv_map].float(), vc[:, :, kv_map].float()  # [B, S, HQ, D]
+    sc = torch.einsum("bhd,bshd->bhs", q[:, 0].float(), k) / D ** 0.5
+    key = torch.arange(S, device=q.device)
+    ok = (key <= pos) & ((key > pos - window) if window else True)
+    sc = sc.masked_fill(~ok, float("-inf"))
+    if sinks is not None:
+        sc = torch.cat((sc, sinks.float().view(1, -1, 1).expand(sc.shape[0], -1, 1)), dim=-1)
+    p = torch.softmax(sc, dim=-1)[..., :S]
+    return torch.einsum("bhs,bshd->bhd", p, v)[:, None]
+
+
+@pytest.mark.parametrize("window", [0, 100])
+@pytest.mark.parametrize("pos", [0, 63, 64, 200, 299])
+def test_decode_attention_splits_keys_and_merges(pos, window, device):
+    """One query per sequence runs the split-keys path: 300 slots give 5 splits of 64; positions at split
+    edges, windows that start inside a split, and splits wholly in the future or before the window."""
+    assert K.attention.decode_split(300) == 64 and K.attention.decode_split(64 * 64 + 1) == 128
+    g = torch.Generator().manual_seed(6)
+    B, HQ, HKV, D, S = 2, 4, 2, 16, 300
+    q = torch.randn(B, 1, HQ, D, generator=g).to(torch.bfloat16).to(device)
+    kc = (torch.randn(B, S, HKV, D, generator=g) * 2).to(torch.bfloat16).to(device)
+    vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)
+    kc[:, pos + 1:] = float("nan")  # slots past the position are never read
+    vc[:, pos + 1:] = float("nan")
+    kv_map = torch.tensor([0, 0, 1, 1], device=device)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], device=device)
+    p = torch.tensor([pos], device=device)
+    for sk in (sinks, None):
+        got = K.attention_sinks(q, kc, vc, p, kv_map, sk, window=window)
+        ref = _attention_torch(q, kc.nan_to_num(), vc.nan_to_num(), pos, kv_map, sk, window)
+        assert torch.isfinite(got).all() and rel(got, ref) < 1e-2
 
 
 def test_attention_input_errors():

@@ -247,6 +247,30 @@ def test_triton_seam_calls_the_kernel_contract(weights, monkeypatch):
     assert len([c for c in calls if c[0] == "moe_mxfp4"]) == CFG.layers
 
 
+@pytest.mark.parametrize("fused_rows", [16, 0])  # router_logits for every call, or for none
+def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fused_rows, monkeypatch):
+    """The fused residual kernels (add_rms_norm, router_logits) and the split-keys decode attention, through
+    the interpreter, against the torch backend: prefill then two decode steps, layer 0's attention output,
+    residual stream and router gates. Layer 0 only: deeper layers and the logits can differ by a top-k flip
+    on a near tie (bf16 roundings in other places, and the interpreter truncates its casts)."""
+    monkeypatch.setattr("labkit.model.model.ROUTER_FUSED_MAX_ROWS", fused_rows)
+    t = tokens(2, 8, seed=3)
+    outs = []
+    for attention in ("torch", "triton"):
+        m = GptOss(CFG, weights, Backends(attention=attention))
+        got = []
+        m.add_hook(lambda layer, name, v: got.append(v.float()) if layer == 0 and name in (
+            "attention", "router", "residual") else None)
+        cache = m.new_cache(2, 12)
+        m.prefill(t[:, :6], cache)
+        m.forward(t[:, 6:7], cache)
+        m.forward(t[:, 7:8], cache)
+        outs.append(got)
+    assert len(outs[1]) == 9
+    for ref, got in zip(*outs):
+        assert ((got - ref).norm() / ref.norm()).item() < 2e-2
+
+
 def test_weights_move_between_devices(weights):
     moved = weights.to("cpu")
     assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)

@@ -1,7 +1,9 @@
 """GPT-OSS forward pass: prefill and decode over a static KV cache, greedy sampling, instrumented.
 
 Pre-norm blocks: x += attention(norm(x)); x += moe(norm(x)). The residual stream is bf16 (as in OpenAI's
-reference), norms and softmaxes fp32. Every layer and component runs inside a named range
+reference), norms and softmaxes fp32. Each residual add runs in the launch of the norm after it (the MoE
+output's in the next layer's attention norm, or the final norm; the attention output's in the router's), so
+the attention range holds the previous MoE's add and the router range the attention's. Every layer and component runs inside a named range
 (labkit.model.nvtx_ranges) and reports its output to hooks, which is how the divergence finder captures
 per-component outputs. A decode step has static shapes and no host sync, so with graph-safe backends it can
 be captured as a CUDA graph (labkit.model.graph).
@@ -35,6 +37,18 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * scale).to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + residual, its RMSNorm) in torch ops (x itself when residual is None); see kernels.add_rms_norm."""
+    s = x if residual is None else x + residual
+    return s, rms_norm(s, scale, eps)
+
+
+#: up to this many rows the triton backend runs norm + router linear as one kernels.router_logits launch;
+#: beyond it (prefill) a norm launch and a cuBLAS GEMM serve better than every program redoing the norm.
+ROUTER_FUSED_MAX_ROWS = 16
+
+
 class _HookHandle:
     def __init__(self, hooks: list, fn):
         self._hooks, self._fn = hooks, fn
@@ -66,9 +80,9 @@ class GptOss:
         self.lm_head = make_lm_head(self.backends, self.weights.unembedding)
         self.kv_map = kv_head_map(config).to(self.device)
         if self.backends.attention == "triton":
-            self._attention, self._norm = attention_kernels, kernels.rms_norm
+            self._attention, self._add_norm = attention_kernels, kernels.add_rms_norm
         else:
-            self._attention, self._norm = attention, rms_norm
+            self._attention, self._add_norm = attention, add_rms_norm
         self._hooks: list[Hook] = []
 
     # ----------------------------------------------------------------------------------------------------
@@ -85,6 +99,14 @@ class GptOss:
 
     # ----------------------------------------------------------------------------------------------------
     # forward
+
+    def _router(self, x: torch.Tensor, a: torch.Tensor, lw, c: ModelConfig):
+        """(x + a, its mlp norm t, router logits): the attention residual add, the norm and the router linear."""
+        rows = x.numel() // c.hidden
+        if self.backends.attention == "triton" and rows <= ROUTER_FUSED_MAX_ROWS:
+            return kernels.router_logits(x, a, lw.mlp_norm, c.norm_eps, lw.gate_w, lw.gate_b)
+        x, t = self._add_norm(x, a, lw.mlp_norm, c.norm_eps)
+        return x, t, F.linear(t, lw.gate_w, lw.gate_b)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache.create(self.config, batch, max_len, self.device)
@@ -107,31 +129,31 @@ class GptOss:
             x = F.embedding(tokens, w.embedding)
         if emit:
             emit(None, "embedding", x)
+        pending = None  # the last MoE output: its residual add runs fused with the next norm
         for i, lw in enumerate(w.layers):
             with rng(f"layer.{i}"):
                 with rng("attention"):
-                    a = self._attention(self._norm(x, lw.attn_norm, c.norm_eps), lw, c, i, cache, positions,
-                                        self.kv_map)
+                    x, h = self._add_norm(x, pending, lw.attn_norm, c.norm_eps)
+                    a = self._attention(h, lw, c, i, cache, positions, self.kv_map)
                 if emit:
                     emit(i, "attention", a)
-                x = x + a
                 with rng("router"):
-                    t = self._norm(x, lw.mlp_norm, c.norm_eps).reshape(B * T, -1)
-                    routing = self.moe.route(F.linear(t, lw.gate_w, lw.gate_b), c)
+                    x, t, logits = self._router(x, a, lw, c)
+                    routing = self.moe.route(logits.reshape(B * T, -1), c)
                 if emit:
                     emit(i, "router", dense_gates(routing, c.experts))
                 with rng("moe"):
-                    m = self.moe.experts(t, routing, lw, c, emit=(lambda n, v, i=i: emit(i, n, v)) if emit else None)
+                    m = self.moe.experts(t.reshape(B * T, -1), routing, lw, c,
+                                         emit=(lambda n, v, i=i: emit(i, n, v)) if emit else None)
+                pending = m.view(B, T, -1)
                 if emit:
-                    emit(i, "moe", m.view(B, T, -1))
-                x = x + m.view(B, T, -1)
-                if emit:
-                    emit(i, "residual", x)
+                    emit(i, "moe", pending)
+                    emit(i, "residual", x + pending)
         cache.pos.add_(T)
         if not all_logits:
-            x = x[:, -1:]
+            x, pending = x[:, -1:], pending[:, -1:] if pending is not None else None
         with rng("final_norm"):
-            h = self._norm(x, w.norm, c.norm_eps)
+            _, h = self._add_norm(x, pending, w.norm, c.norm_eps)
         if emit:
             emit(None, "final_norm", h)
         with rng("lm_head"):
