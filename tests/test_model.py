@@ -259,7 +259,7 @@ def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fuse
     for attention in ("torch", "triton"):
         m = GptOss(CFG, weights, Backends(attention=attention))
         got = []
-        m.add_hook(lambda layer, name, v: got.append(v.float()) if layer == 0 and name in (
+        m.add_hook(lambda layer, name, v, got=got: got.append(v.float()) if layer == 0 and name in (
             "attention", "router", "residual") else None)
         cache = m.new_cache(2, 12)
         m.prefill(t[:, :6], cache)

@@ -3,10 +3,10 @@
 Pre-norm blocks: x += attention(norm(x)); x += moe(norm(x)). The residual stream is bf16 (as in OpenAI's
 reference), norms and softmaxes fp32. Each residual add runs in the launch of the norm after it (the MoE
 output's in the next layer's attention norm, or the final norm; the attention output's in the router's), so
-the attention range holds the previous MoE's add and the router range the attention's. Every layer and component runs inside a named range
-(labkit.model.nvtx_ranges) and reports its output to hooks, which is how the divergence finder captures
-per-component outputs. A decode step has static shapes and no host sync, so with graph-safe backends it can
-be captured as a CUDA graph (labkit.model.graph).
+the attention range holds the previous MoE's add and the router range the attention's. Every layer and
+component runs inside a named range (labkit.model.nvtx_ranges) and reports its output to hooks, which is how
+the divergence finder captures per-component outputs. A decode step has static shapes and no host sync, so
+with graph-safe backends it can be captured as a CUDA graph (labkit.model.graph).
 """
 
 from __future__ import annotations
