@@ -143,23 +143,35 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, m
     lo = tl.maximum(sp * SPLIT, tl.where(window > 0, pos - window + 1, 0))
     rd = tl.arange(0, D)
     q = tl.load(q_ptr + bh.to(tl.int64) * D + rd).to(tl.float32) * sm_scale
-    m = tl.max(tl.full((BLOCK_S,), -1e30, tl.float32), axis=0)  # finite: an empty split gives exp(-1e30) = 0
-    den = tl.sum(tl.zeros((BLOCK_S,), tl.float32), axis=0)
-    acc = tl.zeros((D,), tl.float32)
     kv_base = (b * S * HKV + kvh).to(tl.int64) * D
-    for s0 in range(lo, hi, BLOCK_S):
-        rs = s0 + tl.arange(0, BLOCK_S)
-        smask = rs < hi
+    if SPLIT == BLOCK_S:  # one block: K and V of the split in the same load round, no loop
+        rs = sp * SPLIT + tl.arange(0, BLOCK_S)
+        ok = (rs >= lo) & (rs < hi)
         kp = kv_base + (rs[:, None] * HKV).to(tl.int64) * D + rd[None, :]
-        k = tl.load(k_ptr + kp, mask=smask[:, None], other=0.0).to(tl.float32)
-        sc = tl.where(smask, tl.sum(k * q[None, :], axis=1), float("-inf"))
-        m_new = tl.maximum(m, tl.max(sc, axis=0))
-        p = tl.exp(sc - m_new)
-        corr = tl.exp(m - m_new)
-        v = tl.load(v_ptr + kp, mask=smask[:, None], other=0.0).to(tl.float32)
-        acc = acc * corr + tl.sum(p[:, None] * v, axis=0)
-        den = den * corr + tl.sum(p, axis=0)
-        m = m_new
+        k = tl.load(k_ptr + kp, mask=ok[:, None], other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + kp, mask=ok[:, None], other=0.0).to(tl.float32)
+        sc = tl.where(ok, tl.sum(k * q[None, :], axis=1), float("-inf"))
+        m = tl.maximum(tl.max(sc, axis=0), -1e30)  # finite: an empty split gives exp(-1e30) = 0 in the merge
+        p = tl.exp(sc - m)
+        acc = tl.sum(p[:, None] * v, axis=0)
+        den = tl.sum(p, axis=0)
+    else:
+        m = tl.max(tl.full((BLOCK_S,), -1e30, tl.float32), axis=0)
+        den = tl.sum(tl.zeros((BLOCK_S,), tl.float32), axis=0)
+        acc = tl.zeros((D,), tl.float32)
+        for s0 in range(lo, hi, BLOCK_S):
+            rs = s0 + tl.arange(0, BLOCK_S)
+            smask = rs < hi
+            kp = kv_base + (rs[:, None] * HKV).to(tl.int64) * D + rd[None, :]
+            k = tl.load(k_ptr + kp, mask=smask[:, None], other=0.0).to(tl.float32)
+            v = tl.load(v_ptr + kp, mask=smask[:, None], other=0.0).to(tl.float32)
+            sc = tl.where(smask, tl.sum(k * q[None, :], axis=1), float("-inf"))
+            m_new = tl.maximum(m, tl.max(sc, axis=0))
+            p = tl.exp(sc - m_new)
+            corr = tl.exp(m - m_new)
+            acc = acc * corr + tl.sum(p[:, None] * v, axis=0)
+            den = den * corr + tl.sum(p, axis=0)
+            m = m_new
     part = bh.to(tl.int64) * NSPLIT + sp
     tl.store(part_ptr + part * D + rd, acc)
     tl.store(ml_ptr + part * 2, m)
@@ -246,7 +258,7 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
     ml = torch.empty((B * HQ * nsplit, 2), device=q.device, dtype=torch.float32)
     _attention_split_kernel[(B * HQ, nsplit)](q, k_cache, v_cache, positions, kv_map, part, ml, HQ, HKV, S,
                                               int(window), 1.0 / math.sqrt(D), nsplit, D=D, SPLIT=split,
-                                              BLOCK_S=min(split, 64), num_warps=2)
+                                              BLOCK_S=min(split, 64), num_warps=4)
     _attention_merge_kernel[(B * HQ,)](part, ml, sinks if sinks is not None else q, out, HQ, nsplit, D=D,
                                        HAS_SINKS=sinks is not None, BLOCK_P=triton.next_power_of_2(nsplit),
                                        num_warps=2)

@@ -68,7 +68,9 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1) -> tuple[torch
     o = torch.empty((M, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
     if M:
-        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=512, PLANES=planes)
+        block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
+        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=block, PLANES=planes,
+                          num_warps=4 if block <= 2048 else 8)
     return o, xs
 
 

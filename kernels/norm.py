@@ -7,8 +7,10 @@ returned in bf16. Each function is one launch where torch spends several:
 
 The decode step of GPT-OSS spends a launch on every one of these small steps (profiled on the H100: residual
 add 1.9 us, norm 2.6 us, router linear 4.4 us plus a 1.8 us split-K reduce), so folding them matters more
-than the arithmetic. router_logits gives each program a few experts and lets every program recompute the norm
-(H values, from L2) instead of a second launch; program 0 stores s and y.
+than the arithmetic, and so does the number of dependent memory round trips inside each: every kernel here
+loads its whole row (and router_logits its gate rows) in one round, which is why rows are limited to 32768.
+router_logits gives each program a few experts and lets every program recompute the norm (H values, from L2)
+instead of a second launch; program 0 stores s and y.
 """
 
 from __future__ import annotations
@@ -20,37 +22,27 @@ from .formats import _check_tensor
 
 
 @triton.jit
-def _sum_and_rms(x_ptr, r_ptr, row, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
-    """(1 / rms) of the row of x (+ r, rounded to bf16 as the residual stream is), fp32; loops over H."""
-    acc = tl.zeros((BLOCK_H,), tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        rh = h0 + tl.arange(0, BLOCK_H)
-        v = _row_chunk(x_ptr, r_ptr, row, rh, rh < H, H, HAS_RES)
-        acc += v * v
-    return 1.0 / tl.sqrt(tl.sum(acc, axis=0) / H + eps)
-
-
-@triton.jit
-def _row_chunk(x_ptr, r_ptr, row, rh, hm, H, HAS_RES: tl.constexpr):
-    """A chunk of the (summed) residual row as fp32 (the sum rounded to bf16 first, like torch's x + r)."""
-    x = tl.load(x_ptr + row * H + rh, mask=hm, other=0.0)
+def _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
+    """(rh, mask, s, y): the whole row in one load round (latency, not bandwidth, is what a decode norm costs):
+    s = x (+ r, rounded to bf16 like torch's x + r) as fp32, y = RMSNorm(s) * scale as bf16."""
+    rh = tl.arange(0, BLOCK_H)
+    hm = rh < H
+    s = tl.load(x_ptr + row * H + rh, mask=hm, other=0.0)
     if HAS_RES:
-        x = (x.to(tl.float32) + tl.load(r_ptr + row * H + rh, mask=hm, other=0.0).to(tl.float32)).to(tl.bfloat16)
-    return x.to(tl.float32)
+        s = (s.to(tl.float32) + tl.load(r_ptr + row * H + rh, mask=hm, other=0.0).to(tl.float32)).to(tl.bfloat16)
+    s = s.to(tl.float32)
+    w = tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / H + eps)
+    return rh, hm, s, (s * inv * w).to(tl.bfloat16)
 
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    inv = _sum_and_rms(x_ptr, r_ptr, row, H, eps, HAS_RES, BLOCK_H)
-    for h0 in range(0, H, BLOCK_H):
-        rh = h0 + tl.arange(0, BLOCK_H)
-        hm = rh < H
-        v = _row_chunk(x_ptr, r_ptr, row, rh, hm, H, HAS_RES)
-        if HAS_RES:
-            tl.store(s_ptr + row * H + rh, v.to(tl.bfloat16), mask=hm)
-        w = tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * H + rh, (v * inv * w).to(tl.bfloat16), mask=hm)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, BLOCK_H)
+    if HAS_RES:
+        tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
+    tl.store(y_ptr + row * H + rh, y, mask=hm)
 
 
 @triton.jit
@@ -60,20 +52,16 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, H
     pe = tl.program_id(1)
     re = pe * BLOCK_E + tl.arange(0, BLOCK_E)
     em = re < E
-    inv = _sum_and_rms(x_ptr, r_ptr, row, H, eps, HAS_RES, BLOCK_H)
-    acc = tl.zeros((BLOCK_E, BLOCK_H), tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        rh = h0 + tl.arange(0, BLOCK_H)
-        hm = rh < H
-        v = _row_chunk(x_ptr, r_ptr, row, rh, hm, H, HAS_RES)
-        y = (v * inv * tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)).to(tl.bfloat16)
-        if pe == 0:
-            if HAS_RES:
-                tl.store(s_ptr + row * H + rh, v.to(tl.bfloat16), mask=hm)
-            tl.store(y_ptr + row * H + rh, y, mask=hm)
-        g = tl.load(gw_ptr + re[:, None].to(tl.int64) * H + rh[None, :], mask=em[:, None] & hm[None, :], other=0.0)
-        acc += g.to(tl.float32) * y.to(tl.float32)[None, :]
-    logits = tl.sum(acc, axis=1) + tl.load(gb_ptr + re, mask=em, other=0.0).to(tl.float32)
+    rh = tl.arange(0, BLOCK_H)
+    hm = rh < H
+    g = tl.load(gw_ptr + re[:, None].to(tl.int64) * H + rh[None, :], mask=em[:, None] & hm[None, :], other=0.0)
+    bias = tl.load(gb_ptr + re, mask=em, other=0.0).to(tl.float32)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, BLOCK_H)
+    if pe == 0:
+        if HAS_RES:
+            tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
+        tl.store(y_ptr + row * H + rh, y, mask=hm)
+    logits = tl.sum(g.to(tl.float32) * y.to(tl.float32)[None, :], axis=1) + bias
     tl.store(out_ptr + row * E + re, logits.to(tl.bfloat16), mask=em)
 
 
@@ -91,8 +79,12 @@ def _check_norm_args(x, residual, scale):
     return x, residual, H, x.numel() // H if H else 0
 
 
-def _block_h(H: int) -> int:
-    return min(triton.next_power_of_2(max(H, 1)), 1024)
+def _row_launch(H: int) -> dict:
+    """BLOCK_H (the whole row) and warps for the one-round row kernels."""
+    block = triton.next_power_of_2(max(H, 1))
+    if block > 32768:
+        raise ValueError(f"rows of {H} values are wider than these one-pass norm kernels handle (32768)")
+    return {"BLOCK_H": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
 
 
 def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
@@ -111,7 +103,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Te
     y = torch.empty_like(x)
     if rows:
         _rms_norm_kernel[(rows,)](x, residual if residual is not None else x, scale, s, y, H, float(eps),
-                                  HAS_RES=residual is not None, BLOCK_H=_block_h(H), num_warps=4)
+                                  HAS_RES=residual is not None, **_row_launch(H))
     return s, y
 
 
@@ -137,5 +129,5 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
     if rows:
         _router_kernel[(rows, triton.cdiv(E, block_e))](
             x, residual if residual is not None else x, scale, s, y, gate_w.contiguous(), gate_b.contiguous(), logits,
-            H, E, float(eps), HAS_RES=residual is not None, BLOCK_E=block_e, BLOCK_H=_block_h(H) // 2, num_warps=4)
+            H, E, float(eps), HAS_RES=residual is not None, BLOCK_E=block_e, **_row_launch(H))
     return s, y, logits

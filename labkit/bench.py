@@ -148,10 +148,18 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+#: baselines that read the weight in bf16 (a dequantized copy of the case's MXFP4 weight)
+BF16_WEIGHT = ("cublas_bf16", "gemv_bf16")
+
+
 def _linear_fn(case: LinearCase) -> Callable:
     """f(x, w (MXFP4Tensor or prepared), w_dense or None, bias) -> y for the case's variant or baseline."""
     if case.variant == "cublas_bf16":
         return lambda x, w, wd, b: torch.nn.functional.linear(x, wd, b)
+    if case.variant == "gemv_bf16":
+        from kernels.linear_bf16 import gemv_bf16
+
+        return lambda x, w, wd, b: gemv_bf16(x, wd, b, **case.config)
     if case.variant == "dequant_matmul":
         return lambda x, w, wd, b: torch.nn.functional.linear(x, mxfp4_to_dense(w), b)
     cfg = dict(case.config)
@@ -165,7 +173,7 @@ def check_linear(case: LinearCase, *, seed: int, check_rows: int = 2048) -> floa
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     x = torch.randn(case.m, case.k, generator=g, device=dev).to(torch.bfloat16)
     b = torch.randn(case.n, generator=g, device=dev).to(torch.bfloat16) if case.bias else None
-    wd = mxfp4_to_dense(w) if case.variant == "cublas_bf16" else None
+    wd = mxfp4_to_dense(w) if case.variant in BF16_WEIGHT else None
     y = _linear_fn(case)(x, w, wd, b)
     rows = torch.randperm(case.n, generator=g, device=dev)[: min(check_rows, case.n)]
     sub = MXFP4Tensor(w.blocks[rows], w.scales[rows], "openai", (len(rows), case.k))
@@ -194,7 +202,7 @@ class LinearBench:
         self.bias = torch.randn(n, generator=g, device=dev).to(torch.bfloat16)
 
     def dense(self) -> list[torch.Tensor]:
-        """bf16 copies for the cuBLAS baseline (enough of them for its own 4x-L2 rotation)."""
+        """bf16 copies for the bf16 baselines (enough of them for their own 4x-L2 rotation)."""
         if self._dense is None:
             want = copies_for(self.n * self.k * 2)
             self._dense = [mxfp4_to_dense(self.mx[i % len(self.mx)]) for i in range(want)]
@@ -204,7 +212,7 @@ class LinearBench:
         fn = _linear_fn(case)
         x = self.x_all[: case.m]
         b = self.bias if case.bias else None
-        if case.variant == "cublas_bf16":
+        if case.variant in BF16_WEIGHT:
             return [lambda wd=wd: fn(x, None, wd, b) for wd in self.dense()]
         return [lambda w=w: fn(x, w, None, b) for w in self.mx]
 
@@ -217,7 +225,7 @@ def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed:
     from .roofline import linear_cost
 
     lossy = bool(VARIANTS[case.variant].extra.get("lossy_activations")) if case.variant in VARIANTS else False
-    weight_fmt = "bf16" if case.variant == "cublas_bf16" else "mxfp4"
+    weight_fmt = "bf16" if case.variant in BF16_WEIGHT else "mxfp4"
     cost = linear_cost(case.m, case.n, case.k, weight=weight_fmt, act="bf16", out="bf16", bias=case.bias)
     row = {**case.key(), "shape": case.shape, "bias": case.bias, "bytes": cost.bytes, "flops": cost.flops,
            "status": "failed", "error": None, "prepare_us": bench.prepare_us, "lossy": lossy}

@@ -29,7 +29,7 @@ POINT_COLUMNS = [
 KEY_COLUMNS = ["op", "variant", "config", "m", "n", "k", "experts", "top_k", "routing"]
 STATUSES = ("ok", "incorrect", "failed")
 #: reference implementations measured next to the lab's kernels (not candidates for "best")
-BASELINES = ("cublas_bf16", "dequant_matmul", "torch_bf16")
+BASELINES = ("cublas_bf16", "gemv_bf16", "dequant_matmul", "torch_bf16")
 
 
 def config_json(config: Mapping | str | None) -> str:

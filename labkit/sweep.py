@@ -11,6 +11,8 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
       gemv: {BLOCK_M: auto, BLOCK_N: [32, 64], BLOCK_K: [256]}
     m_range: {gemv: [1, 16]}                 # token counts a variant is swept at (default: all)
     baselines: [cublas_bf16, dequant_matmul]
+    gemv_bf16: {block_n: [4, 8], block_k: [512]}   # the lab's bf16 GEMV (kernels.linear_bf16) as a baseline
+                                             # over a grid, at token counts up to its MAX_ROWS
     cpu_configs: 2                           # configs per variant and point without a GPU (interpreter is slow)
 
 `run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
@@ -52,6 +54,13 @@ def _token_tile(values: tuple, m: int) -> int:
     """Smallest token tile in `values` that covers m tokens, else the largest."""
     fits = [v for v in sorted(values) if v >= m]
     return fits[0] if fits else max(values)
+
+
+def _grid(grid: dict) -> list[dict]:
+    """Every combination of a {param: [values]} grid (a scalar is one value)."""
+    keys = list(grid)
+    vals = [g if isinstance(g, (list, tuple)) else [g] for g in grid.values()]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*vals)]
 
 
 def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: bool = False) -> list[dict]:
@@ -104,6 +113,9 @@ def expand_linear(spec: dict, on_gpu: bool):
             raise ValueError(f"spec: shapes {seen[(n, k)]!r} and {shape!r} are both [{n}, {k}]; points are keyed "
                              "by [N, K], so they would be the same points: keep one")
         seen[(n, k)] = shape
+    from kernels.linear_bf16 import MAX_ROWS as bf16_max_rows
+    from kernels.linear_bf16 import fits as bf16_fits
+
     rng = random.Random(0)
     cases = []
     for shape, (n, k) in shapes.items():
@@ -111,6 +123,11 @@ def expand_linear(spec: dict, on_gpu: bool):
             problem = {"op": "linear", "m": m, "n": n, "k": k, "scale_min": 118, "scale_max": 124}
             for base in spec.get("baselines", []):
                 cases.append(LinearCase(shape, m, n, k, base, {}, spec.get("bias", False)))
+            if "gemv_bf16" in spec and m <= bf16_max_rows:  # the lab's bf16 GEMV: a baseline with a grid
+                cfgs = [c for c in _grid(spec["gemv_bf16"]) if bf16_fits(m, **c)]
+                if not on_gpu and spec.get("cpu_configs"):
+                    cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
+                cases += [LinearCase(shape, m, n, k, "gemv_bf16", c, spec.get("bias", False)) for c in cfgs]
             for name, grid in spec.get("variants", {}).items():
                 lo, hi = ranges.get(name, [0, float("inf")])
                 if not lo <= m <= hi:

@@ -151,13 +151,14 @@ def _attention_torch(q, kc, vc, pos, kv_map, sinks, window):
 
 
 @pytest.mark.parametrize("window", [0, 100])
-@pytest.mark.parametrize("pos", [0, 63, 64, 200, 299])
-def test_decode_attention_splits_keys_and_merges(pos, window, device):
-    """One query per sequence runs the split-keys path: 300 slots give 5 splits of 64; positions at split
-    edges, windows that start inside a split, and splits wholly in the future or before the window."""
-    assert K.attention.decode_split(300) == 64 and K.attention.decode_split(64 * 64 + 1) == 128
+@pytest.mark.parametrize("S,pos", [(300, 0), (300, 63), (300, 64), (300, 200), (300, 299), (4200, 130), (4200, 4100)])
+def test_decode_attention_splits_keys_and_merges(S, pos, window, device):
+    """One query per sequence runs the split-keys path: 300 slots give 5 splits of 64 (one block each), 4200
+    give 33 of 128 (a loop of two blocks each); positions at split edges, windows that start inside a split,
+    and splits wholly in the future or before the window."""
+    assert K.attention.decode_split(300) == 64 and K.attention.decode_split(4200) == 128
     g = torch.Generator().manual_seed(6)
-    B, HQ, HKV, D, S = 2, 4, 2, 16, 300
+    B, HQ, HKV, D = 2, 4, 2, 16
     q = torch.randn(B, 1, HQ, D, generator=g).to(torch.bfloat16).to(device)
     kc = (torch.randn(B, S, HKV, D, generator=g) * 2).to(torch.bfloat16).to(device)
     vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)

@@ -1,7 +1,8 @@
 """GPT-OSS attention: qkv with bias, half-split YaRN RoPE, GQA, sinks, sliding window, KV cache.
 
 `attention` is the torch reference; `attention_kernels` computes the same with two of the lab's kernels
-(kernels.rope_kv_write, kernels.attention_sinks) between the two projections.
+(kernels.rope_kv_write, kernels.attention_sinks) between the two projections, which run through the lab's
+bf16 GEMV (kernels.linear_bf16) at decode-sized row counts.
 
 Static shapes throughout: queries attend over the whole preallocated cache with a mask built on the device
 from the position tensor, so a decode step has no host sync and can be captured in a CUDA graph. Scores
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import attention_sinks, rope_kv_write
+from kernels.linear_bf16 import MAX_ROWS, gemv_bf16
 
 from .cache import KVCache
 from .config import ModelConfig
@@ -68,16 +70,23 @@ def attention(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int
     return F.linear(out, lw.out_w, lw.out_b)
 
 
+def project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """The bf16 projections of the kernel backend: the lab's GEMV for decode-sized row counts, else cuBLAS."""
+    if x.numel() // x.shape[-1] <= MAX_ROWS:
+        return gemv_bf16(x, w, b)
+    return F.linear(x, w, b)
+
+
 def attention_kernels(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int, cache: KVCache,
                       positions: torch.Tensor, kv_map: torch.Tensor) -> torch.Tensor:
     """`attention` through kernels.rope_kv_write and kernels.attention_sinks (same faults, same numbers up to
     the bf16 rounding of the softmax probabilities before the PV product)."""
     B, T, _ = x.shape
     c = config
-    qkv = F.linear(x, lw.qkv_w, lw.qkv_b)
+    qkv = project(x, lw.qkv_w, lw.qkv_b)
     k_cache, v_cache = cache.k[layer], cache.v[layer]
     q = rope_kv_write(qkv, positions, cache.cos, cache.sin, k_cache, v_cache, c.q_heads,
                       pairs="consecutive" if "rope_pairs" in c.faults else "half")
     sinks = None if "sinks_dropped" in c.faults else lw.sinks
     out = attention_sinks(q, k_cache, v_cache, positions, kv_map, sinks, window=c.window(layer) or 0)
-    return F.linear(out.reshape(B, T, c.q_heads * c.head_dim), lw.out_w, lw.out_b)
+    return project(out.reshape(B, T, c.q_heads * c.head_dim), lw.out_w, lw.out_b)
