@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ._triton import tl, triton
+from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import tc_dot
 from .formats import _check_tensor
 
@@ -27,6 +27,7 @@ PAIRS = ("half", "consecutive")
 @triton.jit
 def _rope_kv_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, T, HQ, HKV, S,
                     D: tl.constexpr, HALF_PAIRS: tl.constexpr):
+    pdl_enter()
     row = tl.program_id(0)  # b * T + t
     h = tl.program_id(1)  # 0..HQ-1 q heads, then HKV k heads, then HKV v heads
     b = row // T
@@ -78,7 +79,8 @@ def rope_kv_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
     q = torch.empty((B, T, q_heads, D), device=qkv.device, dtype=torch.bfloat16)
     if B * T:
         _rope_kv_kernel[(B * T, q_heads + 2 * HKV)](qkv.contiguous(), positions, cos, sin, q, k_cache, v_cache, T,
-                                                    q_heads, HKV, S, D=D, HALF_PAIRS=pairs == "half", num_warps=1)
+                                                    q_heads, HKV, S, D=D, HALF_PAIRS=pairs == "half", num_warps=1,
+                                                    **pdl_launch())
     return q
 
 
@@ -134,6 +136,7 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, m
                             NSPLIT, D: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
     """Decode (one query per sequence): program (b * HQ + h, split) folds keys [split * SPLIT, + SPLIT) that the
     query can see into an unnormalized partial (acc [D], running max, denominator)."""
+    pdl_enter()
     bh = tl.program_id(0)
     sp = tl.program_id(1)
     b = bh // HQ
@@ -182,6 +185,7 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, m
 def _attention_merge_kernel(part_ptr, ml_ptr, sink_ptr, o_ptr, HQ, NSPLIT, D: tl.constexpr,
                             HAS_SINKS: tl.constexpr, BLOCK_P: tl.constexpr):
     """Program b * HQ + h: the softmax-weighted merge of its NSPLIT partials and the sink -> bf16 output."""
+    pdl_enter()
     bh = tl.program_id(0)
     rp = tl.arange(0, BLOCK_P)
     pm = rp < NSPLIT
@@ -258,7 +262,7 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
     ml = torch.empty((B * HQ * nsplit, 2), device=q.device, dtype=torch.float32)
     _attention_split_kernel[(B * HQ, nsplit)](q, k_cache, v_cache, positions, kv_map, part, ml, HQ, HKV, S,
                                               int(window), 1.0 / math.sqrt(D), nsplit, D=D, SPLIT=split,
-                                              BLOCK_S=min(split, 64), num_warps=4)
+                                              BLOCK_S=min(split, 64), num_warps=4, **pdl_launch())
     _attention_merge_kernel[(B * HQ,)](part, ml, sinks if sinks is not None else q, out, HQ, nsplit, D=D,
                                        HAS_SINKS=sinks is not None, BLOCK_P=triton.next_power_of_2(nsplit),
-                                       num_warps=2)
+                                       num_warps=2, **pdl_launch())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import tl, triton
+from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 
 #: rows (tokens) this kernel takes: every token's partial sums live in registers next to the weight tile
@@ -28,6 +28,7 @@ def fits(m: int, block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> bo
 @triton.jit
 def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pdl_enter()
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rn_c = tl.minimum(rn, N - 1)  # rows past N read row N-1 (never stored)
     rm = tl.arange(0, BLOCK_M)
@@ -100,5 +101,5 @@ def gemv_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *
     if M and N:
         _gemv_bf16_kernel[(triton.cdiv(N, block_n),)](
             x.contiguous(), w.contiguous(), b if b is not None else w, y, M, N, K, HAS_BIAS=b is not None,
-            BLOCK_M=triton.next_power_of_2(M), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps)
+            BLOCK_M=triton.next_power_of_2(M), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, **pdl_launch())
     return y

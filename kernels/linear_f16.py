@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERP, tl, triton
+from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, half_lo, interleave8, tc_dot
 
 
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
+    pdl_enter()
     m = tl.program_id(0)
     rk = tl.arange(0, BLOCK_K)
     amax = tl.zeros((BLOCK_K,), tl.float32)
@@ -70,7 +71,7 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1) -> tuple[torch
     if M:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=block, PLANES=planes,
-                          num_warps=4 if block <= 2048 else 8)
+                          num_warps=4 if block <= 2048 else 8, **pdl_launch())
     return o, xs
 
 
@@ -249,6 +250,7 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+    pdl_enter()
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     KW = K // 8
@@ -373,5 +375,5 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps,
-                           num_stages=num_stages)
+                           num_stages=num_stages, **pdl_launch())
     return y

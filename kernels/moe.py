@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ._triton import tl, triton
+from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import h2_tiles, h2g_step, plane_words, x_to_f16
@@ -189,6 +189,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1)."""
+    pdl_enter()
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
         G: tl.constexpr = BLOCK_K // 32
@@ -336,6 +337,7 @@ def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, 
 
 @triton.jit
 def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.constexpr):
+    pdl_enter()
     t = tl.program_id(0)
     rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = rh < H
@@ -379,7 +381,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                          BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1)
+                          BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1, **pdl_launch())
 
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
@@ -435,7 +437,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
         _launch_tc(2, act, r, p2, b2, y, alpha, limit, cfg, tiles)
-    _combine_kernel[(T, triton.cdiv(H, 1024))](y, r.inverse, out, H, TOPK=r.top_k, BLOCK_H=1024)
+    _combine_kernel[(T, triton.cdiv(H, 1024))](y, r.inverse, out, H, TOPK=r.top_k, BLOCK_H=1024, **pdl_launch())
     return out
 
 

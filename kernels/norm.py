@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import tl, triton
+from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 
 
@@ -38,6 +38,7 @@ def _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, BLOCK_H
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
+    pdl_enter()
     row = tl.program_id(0).to(tl.int64)
     rh, hm, s, y = _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, BLOCK_H)
     if HAS_RES:
@@ -48,6 +49,7 @@ def _rms_norm_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.cons
 @triton.jit
 def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, H, E, eps, HAS_RES: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
+    pdl_enter()
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
     re = pe * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -103,7 +105,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Te
     y = torch.empty_like(x)
     if rows:
         _rms_norm_kernel[(rows,)](x, residual if residual is not None else x, scale, s, y, H, float(eps),
-                                  HAS_RES=residual is not None, **_row_launch(H))
+                                  HAS_RES=residual is not None, **_row_launch(H), **pdl_launch())
     return s, y
 
 
@@ -129,5 +131,5 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
     if rows:
         _router_kernel[(rows, triton.cdiv(E, block_e))](
             x, residual if residual is not None else x, scale, s, y, gate_w.contiguous(), gate_b.contiguous(), logits,
-            H, E, float(eps), HAS_RES=residual is not None, BLOCK_E=block_e, **_row_launch(H))
+            H, E, float(eps), HAS_RES=residual is not None, BLOCK_E=block_e, **_row_launch(H), **pdl_launch())
     return s, y, logits

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import INTERPRETED, tl, triton
+from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 from .reference import topk_softmax
 
@@ -81,6 +81,7 @@ def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted
                         K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
     """One program: top-K per token (descending, lowest index on ties), softmax over the K, and a counting
     sort of the T*K slots by expert (stable: the sort key is expert * S_pad + slot)."""
+    pdl_enter()
     rt = tl.arange(0, BLOCK_T)
     re = tl.arange(0, BLOCK_E)
     rj = tl.arange(0, KP)
@@ -127,7 +128,7 @@ def _route_fused(logits: torch.Tensor, k: int) -> Routing:
     srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
     _route_fused_kernel[(1,)](logits, ids, w, counts, offs, srt, inv, T, E, logits.stride(0), K=k,
                               KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
-                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=4)
+                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=4, **pdl_launch())
     return Routing(ids, w, counts, offs, srt, inv, E)
 
 

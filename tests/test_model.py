@@ -213,8 +213,9 @@ def test_mxfp4_lm_head_torch_backend_is_close_to_bf16(weights):
     assert ((got - ref).norm() / ref.norm()).item() < 0.2
 
 
-def test_w4a8_moe_backend_runs_and_differs_slightly(weights):
-    t = tokens(1, 8)
+def test_w4a8_moe_backend_runs_and_differs_slightly(weights, device):
+    weights = weights.to(device)  # the MXFP8 rounding is a Triton kernel: compiled ones need device tensors
+    t = tokens(1, 8).to(device)
     ref = GptOss(CFG, weights).forward(t, GptOss(CFG, weights).new_cache(1, 8), all_logits=True)
     m = GptOss(CFG, weights, Backends(moe="torch-w4a8"))
     got = m.forward(t, m.new_cache(1, 8), all_logits=True)
@@ -248,14 +249,15 @@ def test_triton_seam_calls_the_kernel_contract(weights, monkeypatch):
 
 
 @pytest.mark.parametrize("fused_rows", [16, 0])  # router_logits for every call, or for none
-def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fused_rows, monkeypatch):
+def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fused_rows, monkeypatch, device):
     """The fused residual kernels (add_rms_norm, router_logits) and the split-keys decode attention, through
     the interpreter, against the torch backend: prefill then two decode steps, layer 0's attention output,
     residual stream and router gates. Layer 0 only: deeper layers and the logits can differ by a top-k flip
     on a near tie (bf16 roundings in other places, and the interpreter truncates its casts: the decode
     steps' attention outputs land at 1.8-2.1% here, a dropped router bias at > 5%)."""
     monkeypatch.setattr("labkit.model.model.ROUTER_FUSED_MAX_ROWS", fused_rows)
-    t = tokens(2, 8, seed=3)
+    weights = weights.to(device)
+    t = tokens(2, 8, seed=3).to(device)
     outs = []
     for attention in ("torch", "triton"):
         m = GptOss(CFG, weights, Backends(attention=attention))

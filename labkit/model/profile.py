@@ -37,6 +37,13 @@ TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_h
 PARITY_LAYER0_TOL = 0.02
 
 
+def kernels_pdl() -> bool:
+    """Whether the lab's kernels launch with programmatic dependent launch (LAB_PDL=1, see kernels._triton)."""
+    from kernels._triton import PDL
+
+    return PDL
+
+
 def moe_verdict(share: float) -> str:
     """The seeds' gate on the MoE fraction of decode time."""
     if share < 0.10:
@@ -179,6 +186,7 @@ class ProfileResult:
     parity: dict | None
     generated: list = field(default_factory=list)  # greedy ids of the first sequence
     kernels: pd.DataFrame | None = None  # kernel_table of the profiled steps (GPU only)
+    pdl: bool = False  # decode-path kernels launched with programmatic dependent launch (LAB_PDL=1)
 
     @property
     def frac_of_roofline(self) -> float | None:
@@ -187,7 +195,8 @@ class ProfileResult:
     def summary(self) -> str:
         lines = [
             (f"{self.model} ({self.weights} weights) on {self.device}, {self.backends.label()}, batch {self.batch}, "
-             f"prompt {self.prompt}, decode {self.decode}{' (CUDA graph)' if self.graph else ' (eager)'}"),
+             f"prompt {self.prompt}, decode {self.decode}{' (CUDA graph)' if self.graph else ' (eager)'}"
+             f"{', PDL' if self.pdl else ''}"),
             f"  load {self.load_s:.2f} s, prefill {self.prefill_ms:.1f} ms, TTFT {self.ttft_ms:.1f} ms",
             (f"  decode {self.step_us:.0f} us/step (p10 {self.step_us_p10:.0f}, p90 {self.step_us_p90:.0f}), "
              f"{self.tok_s:.1f} tok/s; eager {self.eager_step_us:.0f} us/step"),
@@ -222,7 +231,7 @@ class ProfileResult:
         return {
             "op": "decode_step", "variant": self.backends.label(), "config": {
                 "model": self.model, "weights": self.weights, "prompt": self.prompt, "decode": self.decode,
-                "batch": self.batch, "graph": self.graph},
+                "batch": self.batch, "graph": self.graph, "pdl": self.pdl},
             "m": self.batch, "n": None, "k": None, "experts": get_config(self.model).experts,
             "top_k": get_config(self.model).top_k, "routing": "model", "status": self.status, "error": None,
             "us_graph": self.step_us if self.graph else None,
@@ -345,7 +354,8 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
         eager_step_us=statistics.median(eager_us), tok_s=batch * 1e6 / step_med, peak_mem_gb=peak,
         breakdown=breakdown, moe_share=moe_share, verdict=moe_verdict(moe_share),
         roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head), status=status,
-        max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated, kernels=kernels)
+        max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated, kernels=kernels,
+        pdl=kernels_pdl())
 
 
 def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) -> tuple[list[float], list[int]]:
@@ -420,7 +430,7 @@ def store_profile(result: ProfileResult, out: str | Path | None = None, command:
     from ..runs import create_run, write_json_atomic
 
     params = {k: v for k, v in result.to_json().items() if k in ("model", "weights", "batch", "prompt", "decode",
-                                                                   "backends", "graph")}
+                                                                   "backends", "graph", "pdl")}
     ceilings = result.roofline.get("ceilings") if result.roofline else None
     run = create_run(f"model-profile-{result.model}", parameters=params, out=out, command=command, ceilings=ceilings)
     PointStore(run.path).append(result.point())
