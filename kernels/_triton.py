@@ -4,6 +4,7 @@ TRITON_INTERPRET must be set before any @triton.jit function is defined, so ever
 triton from here. An explicit TRITON_INTERPRET in the environment always wins.
 """
 
+import contextlib
 import os
 
 import torch
@@ -21,14 +22,30 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 #: the same flag as a constexpr, for the few places kernels must work around the interpreter
 INTERP = tl.constexpr(INTERPRETED)
 
-#: Programmatic dependent launch (Hopper): LAB_PDL=1 launches the decode-path kernels with it, so each one's
-#: programs are resident and waiting while the kernel before it drains, instead of launching after it ends.
-PDL = os.environ.get("LAB_PDL", "0") == "1" and not INTERPRETED
+#: Programmatic dependent launch (Hopper): a kernel launched with it has its programs resident and waiting
+#: while the kernel before it drains, instead of launching after it ends (-8% on a gpt-oss decode step,
+#: results/20261122T2245*-pdl1 against -pdl0). griddepcontrol exists from sm_90 on, so kernels only emit it there.
+HOPPER = not INTERPRETED and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+GDC = tl.constexpr(HOPPER)
+#: launch the decode-path kernels with PDL: LAB_PDL=1 everywhere; the model turns it on for its own forward
+#: passes (pdl_scope) unless LAB_PDL=0. Off by default so kernel sweeps time one launch at a time, as before.
+PDL = HOPPER and os.environ.get("LAB_PDL", "") == "1"
 
 
 def pdl_launch() -> dict:
-    """Launch options of a decode-path kernel: {"launch_pdl": True} under LAB_PDL=1, else none."""
+    """Launch options of a decode-path kernel: {"launch_pdl": True} while PDL is on, else none."""
     return {"launch_pdl": True} if PDL else {}
+
+
+@contextlib.contextmanager
+def pdl_scope(on: bool = True):
+    """Launches inside use PDL when `on` (and the GPU has it); the previous setting is restored after."""
+    global PDL
+    before, PDL = PDL, bool(on) and HOPPER
+    try:
+        yield PDL
+    finally:
+        PDL = before
 
 
 @triton.jit
@@ -36,9 +53,9 @@ def pdl_enter():
     """First statement of every decode-path kernel: wait until the previous kernel in the stream has finished
     and its writes are visible (griddepcontrol.wait), then let the next kernel's programs launch. Before the
     wait the program touches no memory, so it is correct under any launch; without PDL both are no-ops."""
-    if not INTERP:
+    if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 
 
-__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "PDL", "pdl_launch", "pdl_enter"]
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope"]

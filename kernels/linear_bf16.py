@@ -55,16 +55,27 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexp
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], y.to(tl.bfloat16), mask=mmask[:, None] & (rn < N)[None, :])
 
 
-#: measured picks: (rows, N, K) -> config, from the linear_bf16 sweep named in PICKS_RUN (empty: defaults)
-PICKS: dict[tuple[int, int, int], dict] = {}
-PICKS_RUN = None
+#: Measured picks, (rows, N, K) -> config, or None where cuBLAS was faster; from the linear_bf16 sweep
+#: PICKS_RUN (graph replays, L2-rotated copies). qkv at one row takes the GEMV although cuBLAS was 0.4 us
+#: faster alone (14.1 vs 13.7 us): in the model the GEMV joins the PDL chain of its neighbours, cuBLAS does not.
+PICKS_RUN = "results/20261122T224336-h100-80gb-hbm3-linear-bf16"
+PICKS: dict[tuple[int, int, int], dict | None] = {
+    (1, 2880, 4096): {"block_n": 2, "block_k": 512, "num_warps": 2},  # attn out: 11.7 us, cuBLAS 13.6
+    (2, 2880, 4096): {"block_n": 4, "block_k": 512, "num_warps": 2},  # 12.7 us, cuBLAS 14.4
+    (4, 2880, 4096): None, (8, 2880, 4096): None,  # cuBLAS 14.4-14.5 us, the GEMV 17.9-28.5
+    (1, 5120, 2880): {"block_n": 4, "block_k": 512, "num_warps": 2},  # qkv: 14.1 us, cuBLAS 13.7 (see above)
+    (2, 5120, 2880): None, (4, 5120, 2880): None, (8, 5120, 2880): None,  # cuBLAS 13.8-13.9, GEMV 16-31
+}
 
 
-def pick(m: int, n: int, k: int) -> dict:
-    """The config for m rows of an [n, k] weight: the measured pick for that shape, else the default tile
-    (block_n 8, block_k 512, 4 warps) with block_k halved until the rows' partial sums fit."""
+def pick(m: int, n: int, k: int) -> dict | None:
+    """The GEMV config for m rows of an [n, k] weight, or None where cuBLAS serves better: the measured pick
+    for that shape, else (unmeasured shapes) the default tile for up to 2 rows, with block_k halved until
+    the partial sums fit, and cuBLAS beyond (the GEMV lost to it at 4 and 8 rows on both measured shapes)."""
     if (m, n, k) in PICKS:
-        return dict(PICKS[(m, n, k)])
+        return dict(PICKS[(m, n, k)]) if PICKS[(m, n, k)] else None
+    if m > 2:
+        return None
     cfg = {"block_n": 8, "block_k": 512, "num_warps": 4}
     while not fits(m, **cfg) and cfg["block_k"] > 32:
         cfg["block_k"] //= 2
@@ -75,7 +86,7 @@ def gemv_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *
               block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """x [..., K] bf16 (at most MAX_ROWS rows) @ w [N, K]^T (+ b [N]) -> [..., N] bf16, like F.linear in bf16.
 
-    Tile parameters left as None come from pick(rows, N, K)."""
+    Tile parameters left as None come from pick(rows, N, K) (or its one-row pick where cuBLAS is preferred)."""
     _check_tensor("x", x, (torch.bfloat16,))
     _check_tensor("w", w, (torch.bfloat16,))
     K = x.shape[-1]
@@ -87,7 +98,7 @@ def gemv_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *
     M = x.numel() // K if K else 0
     if M > MAX_ROWS:
         raise ValueError(f"gemv_bf16 takes at most {MAX_ROWS} rows, got {M}: use a GEMM (F.linear)")
-    auto = pick(M, N, K)
+    auto = pick(M, N, K) or pick(1, N, K)
     block_n = block_n or auto["block_n"]
     block_k = block_k or auto["block_k"]
     num_warps = num_warps or auto["num_warps"]

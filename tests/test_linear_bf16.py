@@ -7,7 +7,7 @@ the interpreter): ~3e-3 norm-wise; a wrong row, column, bias or token gives O(1)
 import pytest
 import torch
 
-from kernels.linear_bf16 import MAX_ROWS, fits, gemv_bf16
+from kernels.linear_bf16 import MAX_ROWS, PICKS, fits, gemv_bf16, pick
 
 
 def rel(a, b):
@@ -45,3 +45,12 @@ def test_gemv_bf16_errors_and_empty(device):
     assert fits(1, 8, 1024, 4) and not fits(8, 16, 1024, 4)
     with pytest.raises(ValueError, match="do not fit"):
         gemv_bf16(torch.zeros(8, 64, dtype=torch.bfloat16, device=device), w, block_n=16, block_k=1024)
+
+
+def test_pick_prefers_cublas_where_measured_faster():
+    assert pick(1, 2880, 4096) == {"block_n": 2, "block_k": 512, "num_warps": 2}
+    assert pick(8, 2880, 4096) is None and pick(4, 5120, 2880) is None
+    assert pick(1, 37, 100) == {"block_n": 8, "block_k": 512, "num_warps": 4}  # unmeasured: the default
+    assert pick(3, 37, 100) is None
+    for (m, _, _), cfg in PICKS.items():
+        assert cfg is None or fits(m, **cfg)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import attention_sinks, rope_kv_write
-from kernels.linear_bf16 import MAX_ROWS, gemv_bf16
+from kernels.linear_bf16 import MAX_ROWS, gemv_bf16, pick
 
 from .cache import KVCache
 from .config import ModelConfig
@@ -71,10 +71,11 @@ def attention(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int
 
 
 def project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """The bf16 projections of the kernel backend: the lab's GEMV for decode-sized row counts, else cuBLAS."""
-    if x.numel() // x.shape[-1] <= MAX_ROWS:
-        return gemv_bf16(x, w, b)
-    return F.linear(x, w, b)
+    """The bf16 projections of the kernel backend: the lab's GEMV where kernels.linear_bf16.pick measured it
+    faster (decode row counts), else cuBLAS."""
+    rows = x.numel() // x.shape[-1]
+    cfg = pick(rows, *w.shape) if rows <= MAX_ROWS else None
+    return gemv_bf16(x, w, b, **cfg) if cfg else F.linear(x, w, b)
 
 
 def attention_kernels(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int, cache: KVCache,

@@ -11,6 +11,7 @@ with graph-safe backends it can be captured as a CUDA graph (labkit.model.graph)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -84,6 +85,8 @@ class GptOss:
         else:
             self._attention, self._add_norm = attention, add_rms_norm
         self._hooks: list[Hook] = []
+        #: launch the lab's kernels with programmatic dependent launch (Hopper; LAB_PDL=0 turns it off)
+        self.pdl = kernels._triton.HOPPER and os.environ.get("LAB_PDL", "") != "0"
 
     # ----------------------------------------------------------------------------------------------------
     # hooks
@@ -116,6 +119,10 @@ class GptOss:
 
         Returns fp32 logits for the last position [B, V], or for every position [B, T, V] with all_logits.
         """
+        with kernels._triton.pdl_scope(self.pdl):
+            return self._forward(tokens, cache, all_logits)
+
+    def _forward(self, tokens: torch.Tensor, cache: KVCache, all_logits: bool) -> torch.Tensor:
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
         B, T = tokens.shape

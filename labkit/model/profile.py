@@ -37,13 +37,6 @@ TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_h
 PARITY_LAYER0_TOL = 0.02
 
 
-def kernels_pdl() -> bool:
-    """Whether the lab's kernels launch with programmatic dependent launch (LAB_PDL=1, see kernels._triton)."""
-    from kernels._triton import PDL
-
-    return PDL
-
-
 def moe_verdict(share: float) -> str:
     """The seeds' gate on the MoE fraction of decode time."""
     if share < 0.10:
@@ -186,7 +179,7 @@ class ProfileResult:
     parity: dict | None
     generated: list = field(default_factory=list)  # greedy ids of the first sequence
     kernels: pd.DataFrame | None = None  # kernel_table of the profiled steps (GPU only)
-    pdl: bool = False  # decode-path kernels launched with programmatic dependent launch (LAB_PDL=1)
+    pdl: bool = False  # the model's kernels launched with programmatic dependent launch (GptOss.pdl)
 
     @property
     def frac_of_roofline(self) -> float | None:
@@ -355,7 +348,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
         breakdown=breakdown, moe_share=moe_share, verdict=moe_verdict(moe_share),
         roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head), status=status,
         max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated, kernels=kernels,
-        pdl=kernels_pdl())
+        pdl=m.pdl)
 
 
 def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) -> tuple[list[float], list[int]]:
