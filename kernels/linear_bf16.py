@@ -98,7 +98,7 @@ def gemv_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *
     M = x.numel() // K if K else 0
     if M > MAX_ROWS:
         raise ValueError(f"gemv_bf16 takes at most {MAX_ROWS} rows, got {M}: use a GEMM (F.linear)")
-    auto = pick(M, N, K) or pick(1, N, K)
+    auto = pick(M, N, K) or pick(1, N, K) or {"block_n": 8, "block_k": 512, "num_warps": 4}
     block_n = block_n or auto["block_n"]
     block_k = block_k or auto["block_k"]
     num_warps = num_warps or auto["num_warps"]

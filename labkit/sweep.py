@@ -83,16 +83,14 @@ def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: b
     if unknown:
         raise ValueError(f"spec: variant {name!r} has no parameter(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(set(v.space) | set(v.defaults)))}")
-    keys = list(grid)
-    vals = [g if isinstance(g, (list, tuple)) else [g] for g in (grid[k] for k in keys)]
     # never sweep a token tile bigger than the tokens need (beyond the smallest tile offered)
     bm_values = grid.get("BLOCK_M", [v.defaults.get("BLOCK_M", 1)])
     bm_values = bm_values if isinstance(bm_values, (list, tuple)) else [bm_values]
     most = problem["m"] * problem.get("top_k", 1) if problem.get("op") == "moe" else problem["m"]
     bm_cap = float("inf") if all_tiles else max(min(bm_values), 1 << max(0, most - 1).bit_length())
     out = []
-    for combo in itertools.product(*vals):
-        cfg = {**v.defaults, **dict(zip(keys, combo))}
+    for combo in _grid(grid):
+        cfg = {**v.defaults, **combo}
         if cfg.get("BLOCK_M", 1) > bm_cap:
             continue
         if v.reason(cfg, problem) is None and cfg not in out:
