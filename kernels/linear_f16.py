@@ -246,10 +246,13 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 @triton.jit
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PREFETCH: tl.constexpr = False):
+                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
-    Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+    STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
+    without holding registers); x is then one [TW] row per plane broadcast over the tile's rows, so the ring
+    holds it once, not BLOCK_N times. Rows past N and tokens past M are clamped (computed, never stored);
+    only the K tail is masked."""
     pdl_enter()
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -264,14 +267,17 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     word = rw[None, :] + 0 * rn_c[:, None]  # [BLOCK_N, TW]: x words are shared by every weight row
     wp = w_ptr + tl.multiple_of(rn_c * KW, 4)[:, None] + word  # K % 32 == 0: rows start on 16-byte words
     sp = s_ptr + rn_c[:, None] * KB + rg[None, :]
-    xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + word
+    if STAGES > 1:
+        xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + rw
+    else:
+        xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + word
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     if PREFETCH:  # register double buffer: the next tile's weights are in flight while this one is used
         n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
         v_next = tl.load(wp, mask=word < n * TW, other=0)
         s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
-    for t in range(0, full):
+    for t in tl.range(0, full, num_stages=STAGES):
         if PREFETCH:
             v = v_next.to(tl.uint32, bitcast=True)
             s = s_next
@@ -374,6 +380,6 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
-                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, num_warps=num_warps,
-                           num_stages=num_stages, **pdl_launch())
+                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages,
+                           num_warps=num_warps, **pdl_launch())
     return y

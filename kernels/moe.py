@@ -44,6 +44,7 @@ from .variants import (
     rule_block_k_multiple_of_32,
     rule_dot_k,
     rule_gemv_registers,
+    rule_h2g_pipeline,
     rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
@@ -186,9 +187,10 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 @triton.jit
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
-    plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1)."""
+    plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
+    pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows)."""
     pdl_enter()
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
@@ -199,6 +201,10 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         KW = K // 8
         KB = K // 32
         word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
+        if STAGES > 1:
+            xw = tl.arange(0, TW)
+        else:
+            xw = word
         rg = tl.arange(0, G)
         wp = w_ptr + e.to(tl.int64) * N * KW + tl.multiple_of(rn_c * KW, 4)[:, None] + word
         sp = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB + rg[None, :]
@@ -207,12 +213,12 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         last = tl.load(offs_ptr + e + 1) - 1
         acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
         full = KB // G
-        for t in range(0, full):
+        for t in tl.range(0, full, num_stages=STAGES):
             v = tl.load(wp).to(tl.uint32, bitcast=True)
             s = tl.load(sp)
             for i in tl.static_range(BLOCK_M):
                 xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + word, word, i, PLANE, G, False)
+                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + xw, word, i, PLANE, G, False)
             wp += TW
             sp += G
         if full * G < KB:
@@ -381,7 +387,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                          BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=1, **pdl_launch())
+                          BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1), num_warps=cfg["num_warps"],
+                          **pdl_launch())
 
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
@@ -484,11 +491,12 @@ register(Variant(
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
-           "num_warps": (2, 4), "COMBINE": (False, True)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False},
-    rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_scale_window(0, 253)),
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1},
+    rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253)),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
-                "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer)",
+                "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
+                "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -166,10 +166,20 @@ SHARED_MEMORY_BYTES = 232448
 
 
 def rule_shared_memory(cfg, problem):
-    """Tensor-core variants pipeline num_stages copies of the x tile (16-bit) and the W tile (packed codes and
-    scale bytes) through shared memory."""
+    """Pipelined variants (tensor-core ones, the h2g kernels with num_stages > 1) keep num_stages copies of the
+    x tile (16-bit) and the W tile (packed codes and scale bytes) in shared memory."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     need = cfg.get("num_stages", 1) * (bm * bk * 2 + bn * bk // 2 + bn * bk // 32)
     if need > SHARED_MEMORY_BYTES:
         return f"pipelined tiles need ~{need // 1024} KB of shared memory (num_stages * tiles > 227 KB)"
     return None
+
+
+def rule_h2g_pipeline(cfg, problem):
+    """num_stages > 1 makes the h2g kernels' K loop a compiler-pipelined cp.async ring; the register double
+    buffer (PREFETCH) and the fused-combine mlp2 kernel (COMBINE) have no such loop."""
+    if cfg.get("num_stages", 1) > 1:
+        for p in ("PREFETCH", "COMBINE"):
+            if cfg.get(p):
+                return f"{p}=True has no pipelined K loop: use num_stages=1 with it"
+    return rule_shared_memory(cfg, problem)

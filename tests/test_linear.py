@@ -46,7 +46,8 @@ def test_variant_matches_reference(name, m, n, k, device):
     cfgs = LINEAR[name].configs(linear_problem(m, p))
     assert cfgs, f"{name} has no config for m={m}, n={n}, k={k}"
     rng = random.Random(f"{name}{m}{n}{k}")
-    for cfg in [LINEAR[name].defaults] + rng.sample(cfgs, min(2, len(cfgs))):
+    staged = [c for c in cfgs if c.get("num_stages", 1) > 2][:1]  # a pipelined K loop, where one exists
+    for cfg in [LINEAR[name].defaults] + rng.sample(cfgs, min(2, len(cfgs))) + staged:
         if LINEAR[name].reason(cfg, linear_problem(m, p)):
             continue
         y = K.mxfp4_linear(x, w, b, variant=name, **cfg)
@@ -192,3 +193,13 @@ def test_timing_sanity_bigger_is_slower():
     tb = time_calls([lambda: big.sum()], reps=20)
     assert ts["timing"] == "cuda_graph" and ts["us_graph_p10"] <= ts["us_graph"] <= ts["us_graph_p90"]
     assert tb["us_graph"] > 2 * ts["us_graph"]  # 64x the bytes; the small sum is mostly fixed cost
+
+
+def test_h2g_pipeline_rule():
+    """num_stages > 1 pipelines the h2g K loop; the register double buffer has no such loop."""
+    v = LINEAR["gemv_h2g"]
+    prob = {"m": 1, "n": 256, "k": 512}
+    assert v.reason({**v.defaults, "num_stages": 3}, prob) is None
+    assert "PREFETCH" in v.reason({**v.defaults, "num_stages": 3, "PREFETCH": True}, prob)
+    assert "shared memory" in v.reason({**v.defaults, "BLOCK_M": 8, "BLOCK_N": 32, "BLOCK_K": 1024,
+                                        "num_warps": 8, "num_stages": 16}, prob)
