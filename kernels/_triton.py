@@ -58,4 +58,22 @@ def pdl_enter():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope"]
+@triton.jit
+def l2_prefetch(ptr, nbytes, part, parts):
+    """Ask L2 to fetch share `part` of `parts` of bytes [0, nbytes) at ptr (16-byte aligned) with one bulk
+    prefetch (cp.async.bulk.prefetch.L2, sm_90; shares are multiples of 16 bytes). Nothing waits on it and
+    nothing is written, so the bytes a later kernel reads arrive while this one streams its own. The address
+    is the same in every lane, so each warp issues it once. The instruction takes at most 1 MiB - 16 bytes;
+    a larger share is prefetched only up to that. A no-op where griddepcontrol is absent (the interpreter,
+    pre-Hopper GPUs)."""
+    if GDC:
+        chunk = tl.cdiv(tl.cdiv(nbytes, parts), 16) * 16
+        off = part.to(tl.int64) * chunk
+        size = (tl.minimum(tl.minimum(chunk, tl.maximum(nbytes - off, 0)), 1048560) // 16 * 16).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [ptr.to(tl.pointer_type(tl.uint8)) + off, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope",
+           "l2_prefetch"]
