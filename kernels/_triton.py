@@ -59,21 +59,27 @@ def pdl_enter():
 
 
 @triton.jit
-def l2_prefetch(ptr, nbytes, part, parts):
-    """Ask L2 to fetch share `part` of `parts` of bytes [0, nbytes) at ptr (16-byte aligned) with one bulk
-    prefetch (cp.async.bulk.prefetch.L2, sm_90; shares are multiples of 16 bytes). Nothing waits on it and
-    nothing is written, so the bytes a later kernel reads arrive while this one streams its own. The address
-    is the same in every lane, so each warp issues it once. The instruction takes at most 1 MiB - 16 bytes;
-    a larger share is prefetched only up to that. A no-op where griddepcontrol is absent (the interpreter,
-    pre-Hopper GPUs)."""
+def l2_prefetch(base, start, nbytes):
+    """Ask L2 to fetch bytes [start, start + nbytes) of the allocation at `base` (16-byte aligned), widened to
+    16-byte boundaries, with bulk prefetches (cp.async.bulk.prefetch.L2, sm_90; at most 1 MiB each). Nothing
+    waits on them and nothing is written: the bytes stream in while the program does other things, such as
+    waiting for the previous kernel under PDL. The address is the same in every lane, so each warp issues
+    them once. A no-op where griddepcontrol is absent (the interpreter, pre-Hopper GPUs)."""
     if GDC:
-        chunk = tl.cdiv(tl.cdiv(nbytes, parts), 16) * 16
-        off = part.to(tl.int64) * chunk
-        size = (tl.minimum(tl.minimum(chunk, tl.maximum(nbytes - off, 0)), 1048560) // 16 * 16).to(tl.int32)
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [ptr.to(tl.pointer_type(tl.uint8)) + off, size], dtype=tl.int32, is_pure=False, pack=1)
+        lo = start.to(tl.int64) // 16 * 16
+        hi = (start.to(tl.int64) + nbytes + 15) // 16 * 16
+        for o in range(lo, hi, 1048560):
+            size = tl.minimum(hi - o, 1048560).to(tl.int32)
+            tl.inline_asm_elementwise(
+                "cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;",
+                "=r,l,r", [base.to(tl.pointer_type(tl.uint8)) + o, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+def l2_prefetch_ok(cfg: dict, *tensors: torch.Tensor) -> bool:
+    """Whether a launch turns on its L2_PREFETCH option: asked for in `cfg`, a Hopper GPU, and every tensor
+    it prefetches from starting on a 16-byte boundary (l2_prefetch's base)."""
+    return bool(cfg.get("L2_PREFETCH")) and HOPPER and all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
 __all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope",
-           "l2_prefetch"]
+           "l2_prefetch", "l2_prefetch_ok"]

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ._triton import l2_prefetch, pdl_enter, pdl_launch, tl, triton
+from ._triton import l2_prefetch, l2_prefetch_ok, pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import h2_tiles, h2g_step, plane_words, x_to_f16
@@ -186,22 +186,24 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 
 @triton.jit
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
-                    TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w2_ptr, s2_ptr, W2_BYTES, S2_BYTES,
-                    PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    STAGES: tl.constexpr = 1, PREFETCH_W2: tl.constexpr = False):
+                    TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
+                    L2_PREFETCH: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
-    PREFETCH_W2 (mlp1): the programs of an expert's first token chunk also ask L2 for that expert's mlp2
-    weights (W2_BYTES of words and S2_BYTES of scales per expert, 0 when not 16-byte aligned), one share
-    each, so mlp2 reads them from L2 while mlp1 has been streaming its own from memory."""
-    pdl_enter()
+    L2_PREFETCH: each active program first asks L2 for its whole weight tile (rows of its N tile, all of K)
+    and only then waits for the previous kernel (pdl_enter). The routing it reads before the wait comes from
+    two launches back (route, then x_to_f16 for mlp1 or mlp1 for mlp2), which had finished before the
+    previous kernel let this one start; the weights are never written."""
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
-    if PREFETCH_W2:
-        if tl.program_id(0) == tl.load(offs_ptr + e):
-            part, parts = tl.program_id(1), tl.num_programs(1)
-            l2_prefetch(w2_ptr + e.to(tl.int64) * (W2_BYTES // 4), W2_BYTES, part, parts)
-            l2_prefetch(s2_ptr + e.to(tl.int64) * S2_BYTES, S2_BYTES, part, parts)
+    if L2_PREFETCH:
+        if active:
+            n0 = tl.program_id(1) * BLOCK_N
+            rows = tl.minimum(N - n0, BLOCK_N)
+            l2_prefetch(w_ptr, (e.to(tl.int64) * N + n0) * (K // 2), rows * (K // 2))
+            l2_prefetch(s_ptr, (e.to(tl.int64) * N + n0) * (K // 32), rows * (K // 32))
+    pdl_enter()
     if active:
         G: tl.constexpr = BLOCK_K // 32
         TW: tl.constexpr = BLOCK_K // 8
@@ -390,23 +392,15 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                          num_warps=cfg["num_warps"], num_stages=1)
 
 
-def _aligned_bytes(t: torch.Tensor) -> int:
-    """Bytes per expert of a [E, ...] weight tensor for l2_prefetch, or 0 when a slice is not 16-byte aligned."""
-    per = t[0].numel() * t.element_size()
-    return per if per % 16 == 0 and t.data_ptr() % 16 == 0 else 0
-
-
-def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, p2=None):
+def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
     E, N, K = p.shape
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
-    pre = p2 is not None and cfg.get("PREFETCH_W2", False)
-    w2, s2 = (p2.words, p2.scales) if pre else (p.words, p.scales)
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
-                          plane_words(N // 2), w2, s2, _aligned_bytes(w2) if pre else 0,
-                          _aligned_bytes(s2) if pre else 0, PHASE=phase, BLOCK_M=cfg["BLOCK_M"],
-                          BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1),
-                          PREFETCH_W2=pre, num_warps=cfg["num_warps"], **pdl_launch())
+                          plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                          BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1),
+                          L2_PREFETCH=l2_prefetch_ok(cfg, p.words, p.scales), num_warps=cfg["num_warps"],
+                          **pdl_launch())
 
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
@@ -449,7 +443,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
         scale = act16_scale(limit)
         xq, xs = x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
-        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, p2)
+        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
             _moe_h2g_combine_kernel[(T, triton.cdiv(N2, cfg["BLOCK_N"]))](
@@ -509,14 +503,14 @@ register(Variant(
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "PREFETCH_W2": (False, True)},
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "L2_PREFETCH": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "PREFETCH_W2": False},
+              "L2_PREFETCH": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253)),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; "
-                "PREFETCH_W2: mlp1 asks L2 for the active experts' mlp2 weights (sm_90)",
+                "L2_PREFETCH: each program asks L2 for its weight tile before waiting on the previous kernel (sm_90)",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -85,6 +85,7 @@ def environment() -> dict:
         "platform": platform.platform(),
         "triton_mode": triton_mode(),
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
+        "lab_pdl": os.environ.get("LAB_PDL"),  # "1": kernel launches use programmatic dependent launch
         "executable": sys.executable,
     })
     for pkg in PACKAGES:
