@@ -52,34 +52,11 @@ def pdl_scope(on: bool = True):
 def pdl_enter():
     """First statement of every decode-path kernel: wait until the previous kernel in the stream has finished
     and its writes are visible (griddepcontrol.wait), then let the next kernel's programs launch. Before the
-    wait the program touches no memory, so it is correct under any launch; without PDL both are no-ops."""
+    wait a program reads nothing the previous kernel writes (moe_h2g reads its routing there, written two
+    launches back), so it is correct under any launch; without PDL both are no-ops."""
     if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def l2_prefetch(base, start, nbytes):
-    """Ask L2 to fetch bytes [start, start + nbytes) of the allocation at `base` (16-byte aligned), widened to
-    16-byte boundaries, with bulk prefetches (cp.async.bulk.prefetch.L2, sm_90; at most 1 MiB each). Nothing
-    waits on them and nothing is written: the bytes stream in while the program does other things, such as
-    waiting for the previous kernel under PDL. The address is the same in every lane, so each warp issues
-    them once. A no-op where griddepcontrol is absent (the interpreter, pre-Hopper GPUs)."""
-    if GDC:
-        lo = start.to(tl.int64) // 16 * 16
-        hi = (start.to(tl.int64) + nbytes + 15) // 16 * 16
-        for o in range(lo, hi, 1048560):
-            size = tl.minimum(hi - o, 1048560).to(tl.int32)
-            tl.inline_asm_elementwise(
-                "cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;",
-                "=r,l,r", [base.to(tl.pointer_type(tl.uint8)) + o, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-def l2_prefetch_ok(cfg: dict, *tensors: torch.Tensor) -> bool:
-    """Whether a launch turns on its L2_PREFETCH option: asked for in `cfg`, a Hopper GPU, and every tensor
-    it prefetches from starting on a 16-byte boundary (l2_prefetch's base)."""
-    return bool(cfg.get("L2_PREFETCH")) and HOPPER and all(t.data_ptr() % 16 == 0 for t in tensors)
-
-
-__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope",
-           "l2_prefetch", "l2_prefetch_ok"]
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope"]

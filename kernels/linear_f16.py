@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERP, l2_prefetch, l2_prefetch_ok, pdl_enter, pdl_launch, tl, triton
+from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, half_lo, interleave8, tc_dot
 
 
@@ -246,21 +246,16 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 @triton.jit
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, L2_PREFETCH: tl.constexpr = False):
+                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
     without holding registers); x is then one [TW] row per plane broadcast over the tile's rows, so the ring
-    holds it once, not BLOCK_N times. L2_PREFETCH: the program first asks L2 for its whole weight tile
-    (BLOCK_N rows, all of K), then waits for the previous kernel (pdl_enter). Rows past N and tokens past M
-    are clamped (computed, never stored); only the K tail is masked."""
+    holds it once, not BLOCK_N times. Rows past N and tokens past M are clamped (computed, never stored);
+    only the K tail is masked."""
+    pdl_enter()
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
-    if L2_PREFETCH:
-        rows = tl.minimum(N - pid_n * BLOCK_N, BLOCK_N)
-        l2_prefetch(w_ptr, pid_n * BLOCK_N * (K // 2), rows * (K // 2))
-        l2_prefetch(s_ptr, pid_n * BLOCK_N * (K // 32), rows * (K // 32))
-    pdl_enter()
     KW = K // 8
     KB = K // 32
     G: tl.constexpr = BLOCK_K // 32
@@ -377,8 +372,7 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
     return y
 
 
-def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, L2_PREFETCH=False, num_warps=4,
-                 num_stages=1):
+def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1):
     M, K = x.shape
     N = p.N
     xq, xs = x_to_f16(x, planes=True)
@@ -387,6 +381,5 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, L2_PR
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages,
-                           L2_PREFETCH=l2_prefetch_ok({"L2_PREFETCH": L2_PREFETCH}, p.words, p.scales),
                            num_warps=num_warps, **pdl_launch())
     return y

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ._triton import l2_prefetch, l2_prefetch_ok, pdl_enter, pdl_launch, tl, triton
+from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import h2_tiles, h2g_step, plane_words, x_to_f16
@@ -187,22 +187,13 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 @triton.jit
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
-                    L2_PREFETCH: tl.constexpr = False):
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
-    L2_PREFETCH: each active program first asks L2 for its whole weight tile (rows of its N tile, all of K)
-    and only then waits for the previous kernel (pdl_enter). The routing it reads before the wait comes from
-    two launches back (route, then x_to_f16 for mlp1 or mlp1 for mlp2), which had finished before the
-    previous kernel let this one start; the weights are never written."""
+    The routing is read before the wait (pdl_enter): it comes from two launches back (route, then
+    x_to_f16 for mlp1 or mlp1 for mlp2), which had finished before the previous kernel let this one start."""
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
-    if L2_PREFETCH:
-        if active:
-            n0 = tl.program_id(1) * BLOCK_N
-            rows = tl.minimum(N - n0, BLOCK_N)
-            l2_prefetch(w_ptr, (e.to(tl.int64) * N + n0) * (K // 2), rows * (K // 2))
-            l2_prefetch(s_ptr, (e.to(tl.int64) * N + n0) * (K // 32), rows * (K // 32))
     pdl_enter()
     if active:
         G: tl.constexpr = BLOCK_K // 32
@@ -398,8 +389,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                          BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1),
-                          L2_PREFETCH=l2_prefetch_ok(cfg, p.words, p.scales), num_warps=cfg["num_warps"],
+                          BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1), num_warps=cfg["num_warps"],
                           **pdl_launch())
 
 
@@ -503,14 +493,12 @@ register(Variant(
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "L2_PREFETCH": (False, True)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "L2_PREFETCH": False},
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253)),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
-                "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; "
-                "L2_PREFETCH: each program asks L2 for its weight tile before waiting on the previous kernel (sm_90)",
+                "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -49,7 +49,6 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     extra = [{**MOE[name].defaults, "COMBINE": True}] if "COMBINE" in MOE[name].space else []  # fused combine
     if routing == "hot(0.6,1)":  # a pipelined K loop, where one exists (same arithmetic: one routing is enough)
         extra += [c for c in cfgs if c.get("num_stages", 1) > 2][:1]
-        extra += [c for c in cfgs if c.get("L2_PREFETCH")][:1]  # bulk L2 prefetch (a no-op without a GPU)
     for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2], *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
