@@ -26,6 +26,34 @@ from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, 
 
 
 @triton.jit
+def f16_row_scale(a):
+    """(up, down) for a row with max |x| = a: up = 2^(14 - floor(log2 a)) puts the row below 2^15 in fp16
+    with full precision, down = 1 / up undoes it (a = 0: up = 1)."""
+    e = ((a.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32) - 127  # floor(log2 amax) for normal amax
+    e = tl.where(a > 0, tl.maximum(e, -112), 14)
+    up = ((141 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(14 - e)
+    down = ((e + 113).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(e - 14)
+    return up, down
+
+
+@triton.jit
+def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
+    """Store row y [BLOCK_H] (elements rh, K of them; BLOCK_H >= 4 * PLANE) as x_to_f16(planes=True) does:
+    fp16 times the row's power-of-two scale at its plane-major position (element 8w + q: plane q % 4,
+    word w, high half for q >= 4), zeros in each plane's padding past K/4 (planes are PLANE fp16 wide), and
+    the scale back in xs[row]."""
+    hm = rh < K
+    yf = tl.where(hm, y.to(tl.float32), 0.0)
+    up, down = f16_row_scale(tl.max(tl.abs(yf), axis=0))
+    q = rh % 8
+    pos = (q % 4) * PLANE + (rh // 8) * 2 + q // 4
+    tl.store(o_ptr + row * (4 * PLANE) + pos, (yf * up).to(tl.float16), mask=hm)
+    pad = (rh % PLANE >= K // 4) & (rh < 4 * PLANE)
+    tl.store(o_ptr + row * (4 * PLANE) + rh, tl.zeros_like(yf).to(tl.float16), mask=pad)
+    tl.store(xs_ptr + row, down)
+
+
+@triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
     pdl_enter()
@@ -35,11 +63,7 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
     for k0 in range(0, K, BLOCK_K):
         v = tl.load(x_ptr + m * stride_xm + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
         amax = tl.maximum(amax, tl.abs(v))
-    a = tl.max(amax, axis=0)
-    e = ((a.to(tl.uint32, bitcast=True) >> 23) & 0xFF).to(tl.int32) - 127  # floor(log2 amax) for normal amax
-    e = tl.where(a > 0, tl.maximum(e, -112), 14)
-    up = ((141 - e).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(14 - e)
-    down = ((e + 113).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(e - 14)
+    up, down = f16_row_scale(tl.max(amax, axis=0))
     for k0 in range(0, stride_om, BLOCK_K):
         pos = k0 + rk
         if PLANES:  # plane j (PLANE fp16 wide) holds the pairs (8w + j, 8w + j + 4) of every word w

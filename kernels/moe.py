@@ -411,7 +411,7 @@ def _tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
     return tiles
 
 
-def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
+def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None):
     T, H = x.shape
     S = r.sorted.numel()
     I2 = p1.shape[1]
@@ -431,7 +431,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
         _launch_h2(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     elif kind == "h2g":
         scale = act16_scale(limit)
-        xq, xs = x_to_f16(x, planes=True)
+        xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
         if cfg.get("COMBINE", False):
@@ -450,20 +450,20 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg):
     return out
 
 
-def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
-    return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
+    return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
 
 
-def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
-    return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
+    return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
 
 
-def _run_moe_h2g(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
-    return _run("h2g", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+def _run_moe_h2g(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
+    return _run("h2g", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
 
 
-def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, **cfg):
-    return _run("tc", x, r, p1, b1, p2, b2, alpha, limit, cfg)
+def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
+    return _run("tc", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -544,13 +544,23 @@ def _check_moe_args(x, routing, w1, b1, w2, b2):
 
 
 def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: torch.Tensor, *,
-              alpha: float = 1.702, limit: float = 7.0, variant: str = "auto", **config) -> torch.Tensor:
+              alpha: float = 1.702, limit: float = 7.0, variant: str = "auto", x16=None, **config) -> torch.Tensor:
     """GPT-OSS MoE layer: x [T, H] bf16, routing from route()/Routing.from_ids, w1 MXFP4 [E, 2I, H] (gate and
     linear rows interleaved), b1 [E, 2I], w2 MXFP4 [E, H, I], b2 [E, H] -> [T, H] bf16.
 
     variant="auto" picks from the host-side table in kernels.tables by T (no device sync).
+    x16: x already converted by x_to_f16(x, planes=True) (router_logits(x16=True) makes it in its own
+    launch); the moe_h2g variant then skips its conversion launch, the others do not need it.
     """
     _check_moe_args(x, routing, w1, b1, w2, b2)
+    if x16 is not None:
+        xq, xs = x16
+        T, H = x.shape
+        if tuple(xq.shape) != (T, 8 * plane_words(H)) or xq.dtype != torch.float16 or tuple(xs.shape) != (T,) \
+                or xs.dtype != torch.float32:
+            raise ValueError(f"x16 must be x_to_f16(x, planes=True) of x {tuple(x.shape)}: fp16 "
+                             f"[{T}, {8 * plane_words(H)}] and fp32 [{T}], got {xq.dtype} {tuple(xq.shape)} and "
+                             f"{xs.dtype} {tuple(xs.shape)}")
     p1 = w1 if isinstance(w1, PreparedMXFP4) else prepare_mxfp4(w1)
     p2 = w2 if isinstance(w2, PreparedMXFP4) else prepare_mxfp4(w2)
     if not x.is_contiguous():
@@ -563,4 +573,4 @@ def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: t
         config = {**picked, **config}
     v = get_variant(variant, "moe")
     cfg = v.check(config, problem)
-    return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, **cfg)
+    return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, **cfg)

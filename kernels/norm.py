@@ -19,6 +19,7 @@ import torch
 
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
+from .linear_f16 import plane_words, store_x16_planes
 
 
 @triton.jit
@@ -47,8 +48,8 @@ def _rms_norm_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.cons
 
 
 @triton.jit
-def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, H, E, eps, HAS_RES: tl.constexpr,
-                   BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
+def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, xq_ptr, xs_ptr, H, E, eps, PLANE,
+                   HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
     pdl_enter()
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
@@ -63,6 +64,8 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, H
         if HAS_RES:
             tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
         tl.store(y_ptr + row * H + rh, y, mask=hm)
+        if X16:
+            store_x16_planes(xq_ptr, xs_ptr, row, y, rh, H, PLANE)
     logits = tl.sum(g.to(tl.float32) * y.to(tl.float32)[None, :], axis=1) + bias
     tl.store(out_ptr + row * E + re, logits.to(tl.bfloat16), mask=em)
 
@@ -81,9 +84,9 @@ def _check_norm_args(x, residual, scale):
     return x, residual, H, x.numel() // H if H else 0
 
 
-def _row_launch(H: int) -> dict:
-    """BLOCK_H (the whole row) and warps for the one-round row kernels."""
-    block = triton.next_power_of_2(max(H, 1))
+def _row_launch(H: int, at_least: int = 1) -> dict:
+    """BLOCK_H (the whole row, and at least `at_least`) and warps for the one-round row kernels."""
+    block = triton.next_power_of_2(max(H, at_least, 1))
     if block > 32768:
         raise ValueError(f"rows of {H} values are wider than these one-pass norm kernels handle (32768)")
     return {"BLOCK_H": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
@@ -110,9 +113,12 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Te
 
 
 def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor, eps: float,
-                  gate_w: torch.Tensor, gate_b: torch.Tensor, *, block_e: int = 4) -> tuple[torch.Tensor, ...]:
+                  gate_w: torch.Tensor, gate_b: torch.Tensor, *, block_e: int = 4,
+                  x16: bool = False) -> tuple[torch.Tensor, ...]:
     """(s, y, logits): add_rms_norm(x, residual, scale, eps) and the router linear y @ gate_w^T + gate_b in
     one launch. gate_w [E, H] and gate_b [E] (bf16 or fp32); logits [..., E] bf16 like torch's F.linear in bf16.
+    x16=True also returns x_to_f16(y, planes=True) as a fourth item, (xq, xs) for moe_mxfp4(x16=...): the
+    MoE's fp16 input without a launch of its own.
 
     Every program recomputes the row's norm and dots it with block_e experts' rows, so the grid is
     rows x E / block_e: meant for decode (a few rows); prefill is better served by rms_norm + a GEMM.
@@ -128,8 +134,12 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
     s = x if residual is None else torch.empty_like(x)
     y = torch.empty_like(x)
     logits = torch.empty((*x.shape[:-1], E), device=x.device, dtype=torch.bfloat16)
+    width = 8 * plane_words(H)  # fp16 per x16 row (4 planes)
+    xq = torch.empty((rows, width if x16 else 0), device=x.device, dtype=torch.float16)
+    xs = torch.empty((rows if x16 else 0,), device=x.device, dtype=torch.float32)
     if rows:
         _router_kernel[(rows, triton.cdiv(E, block_e))](
             x, residual if residual is not None else x, scale, s, y, gate_w.contiguous(), gate_b.contiguous(), logits,
-            H, E, float(eps), HAS_RES=residual is not None, BLOCK_E=block_e, **_row_launch(H), **pdl_launch())
-    return s, y, logits
+            xq if x16 else y, xs if x16 else y, H, E, float(eps), width // 4, HAS_RES=residual is not None, X16=x16,
+            BLOCK_E=block_e, **_row_launch(H, width if x16 else 1), **pdl_launch())
+    return (s, y, logits, (xq, xs)) if x16 else (s, y, logits)

@@ -84,6 +84,26 @@ def test_router_logits_fuses_add_norm_and_router_linear(block_e, device):
         K.router_logits(x, r, w, 1e-5, gw, gb[:3])
 
 
+@pytest.mark.parametrize("H", [64, 1504])  # planes wider than the row (64: 128 fp16), K/4 not a plane width
+def test_router_logits_x16_matches_x_to_f16(H, device):
+    """router_logits(x16=True) stores the normed rows exactly as x_to_f16(planes=True) would, padding
+    included (the buffer starts as garbage, so a missed padding zero shows)."""
+    from kernels.linear_f16 import x_to_f16
+
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(2, H, generator=g) * 4).to(torch.bfloat16).to(device)
+    x[1] = 0  # an all-zero row: scale 1
+    r = (torch.randn(2, H, generator=g)).to(torch.bfloat16).to(device)
+    w = (torch.rand(H, generator=g) + 0.5).to(device)
+    gw = (torch.randn(8, H, generator=g) / 40).to(torch.bfloat16).to(device)
+    gb = torch.randn(8, generator=g).to(torch.bfloat16).to(device)
+    torch.empty(1 << 16, device=device).fill_(float("nan"))  # leave garbage where the next buffers may land
+    s, y, logits, (xq, xs) = K.router_logits(x, r, w, 1e-5, gw, gb, x16=True)
+    ref_q, ref_s = x_to_f16(y, planes=True)
+    assert xq.shape == ref_q.shape and torch.equal(xq, ref_q) and torch.equal(xs, ref_s)
+    assert torch.equal(logits, K.router_logits(x, r, w, 1e-5, gw, gb)[2])
+
+
 @pytest.mark.parametrize("pairs", ["half", "consecutive"])
 def test_rope_kv_write_rotates_and_fills_the_cache_at_positions(pairs, device):
     g = torch.Generator().manual_seed(1)

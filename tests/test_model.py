@@ -274,6 +274,24 @@ def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fuse
     assert max(errs) < 3e-2, errs
 
 
+def test_router_hands_the_moe_its_fp16_input(weights, device):
+    """With the triton attention and MoE backends, router_logits converts the MoE input to fp16 in its own
+    launch (x16) and moe_mxfp4 uses it: the same output as the MoE converting it itself, at every layer."""
+    m = GptOss(CFG, weights.to(device), Backends(attention="triton", moe="triton"))
+    real, seen = m.moe._moe, []
+
+    def checked(x, *args, x16=None, **kw):
+        y = real(x, *args, x16=x16, **kw)
+        seen.append(x16 is not None)
+        assert torch.equal(y, real(x, *args, **kw))
+        return y
+
+    m.moe._moe = checked
+    cache = m.new_cache(1, 6)
+    m.prefill(tokens(1, 4, seed=5).to(device), cache)
+    assert seen == [True] * CFG.layers
+
+
 def test_weights_move_between_devices(weights):
     moved = weights.to("cpu")
     assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)

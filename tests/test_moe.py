@@ -153,3 +153,21 @@ def test_graph_capture_replays_new_routing_contents(name, layer):
         torch.cuda.synchronize()
         ref = K.reference_moe(x.float().cpu(), logits.cpu(), *(t.cpu() for t in (w1, b1, w2, b2)), k=TOPK)
         assert rel_err(y, ref) < TOL
+
+
+def test_precomputed_x16_gives_the_same_output(layer, device):
+    """moe_mxfp4(x16=x_to_f16(x, planes=True)) skips the conversion launch and computes the same numbers;
+    a wrong x16 is an error naming the expected shapes."""
+    from kernels.linear_f16 import x_to_f16
+
+    w1, b1, w2, b2 = layer
+    sample = rgen.generate("uniform", 3, E, TOPK, seed=2)
+    x = torch.randn(3, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).to(device)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    dw = [w.to(device) for w in (w1, b1, w2, b2)]
+    x16 = x_to_f16(x, planes=True)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g")
+    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=x16), y)
+    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_tc", x16=x16), K.moe_mxfp4(x, r, *dw, variant="moe_tc"))
+    with pytest.raises(ValueError, match="x16 must be"):
+        K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=(x16[0][:, :8], x16[1]))
