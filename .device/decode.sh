@@ -6,7 +6,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
 export PYTHONUNBUFFERED=1
 python3 -m pytest -q tests/test_attention_kernels.py tests/test_linear_bf16.py tests/test_model_gpu.py tests/test_model.py -m "not slow" 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -8
-LAB_PDL=1 python3 -m pytest -q tests/test_moe.py tests/test_linear.py -m "not slow" -k "graph or match" 2>&1 | tail -2
+LAB_PDL=1 python3 -m pytest -q tests/test_moe.py tests/test_linear.py -m "not slow" -k "graph or match or precomputed" 2>&1 | tail -2
 if [ "$1" = sweep ]; then
   python3 -m labkit sweep linear_bf16 --out $OUT/linear-bf16 --quiet 2>&1 | tail -1
 fi
