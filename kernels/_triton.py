@@ -52,8 +52,9 @@ def pdl_scope(on: bool = True):
 def pdl_enter():
     """First statement of every decode-path kernel: wait until the previous kernel in the stream has finished
     and its writes are visible (griddepcontrol.wait), then let the next kernel's programs launch. Before the
-    wait a program reads nothing the previous kernel writes (moe_h2g reads its routing there, written two
-    launches back), so it is correct under any launch; without PDL both are no-ops."""
+    wait the program touches no memory, so it is correct under any launch; without PDL both are no-ops.
+    (Reading even data from two launches back before the wait broke once the launch in between went away:
+    moe_h2g read route's output before route had finished, an illegal address in the decode graph.)"""
     if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
