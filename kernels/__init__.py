@@ -66,10 +66,10 @@ from .dequant import mxfp4_to_dense  # noqa: E402
 
 __all__ += ["mxfp4_to_dense"]
 
-from .moe import moe_mxfp4  # noqa: E402
+from .moe import MoESlots, moe_mxfp4  # noqa: E402
 from .routing import Routing, route  # noqa: E402
 
-__all__ += ["moe_mxfp4", "Routing", "route"]
+__all__ += ["moe_mxfp4", "MoESlots", "Routing", "route"]
 
 from .attention import attention_sinks, rope_kv_write  # noqa: E402
 from .norm import add_rms_norm, rms_norm, router_logits  # noqa: E402

@@ -28,6 +28,7 @@ Variants (VARIANTS, kind "moe"):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -356,6 +357,32 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.
     tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
 
 
+@dataclass(frozen=True)
+class MoESlots:
+    """A MoE layer's output before its combine (moe_mxfp4(combine=False)): rows [T*k, H] bf16, each slot's
+    mlp2 row times its gate weight in expert-sorted order, and inverse [T*k] int32 (the row of slot t*k + j).
+    Token t's output is the fp32 sum of its k rows rounded to bf16: combine() launches exactly that, and
+    kernels.add_rms_norm accepts it as its residual and sums inside its own launch instead (decode saves
+    one launch per layer)."""
+
+    rows: torch.Tensor
+    inverse: torch.Tensor
+    top_k: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.inverse.numel() // self.top_k, self.rows.shape[1]
+
+    def combine(self) -> torch.Tensor:
+        """The [T, H] bf16 layer output."""
+        T, H = self.shape
+        out = torch.empty((T, H), device=self.rows.device, dtype=torch.bfloat16)
+        if T:
+            _combine_kernel[(T, triton.cdiv(H, 1024))](self.rows, self.inverse, out, H, TOPK=self.top_k,
+                                                       BLOCK_H=1024, **pdl_launch())
+        return out
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Launchers
 
@@ -411,7 +438,7 @@ def _tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
     return tiles
 
 
-def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None):
+def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
     T, H = x.shape
     S = r.sorted.numel()
     I2 = p1.shape[1]
@@ -446,24 +473,24 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None):
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
         _launch_tc(2, act, r, p2, b2, y, alpha, limit, cfg, tiles)
-    _combine_kernel[(T, triton.cdiv(H, 1024))](y, r.inverse, out, H, TOPK=r.top_k, BLOCK_H=1024, **pdl_launch())
-    return out
+    slots = MoESlots(y, r.inverse, r.top_k)
+    return slots.combine() if combine else slots
 
 
-def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
-    return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
+def _run_moe_gemv(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cfg):
+    return _run("gemv", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16, combine)
 
 
-def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
-    return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
+def _run_moe_h2(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cfg):
+    return _run("h2", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16, combine)
 
 
-def _run_moe_h2g(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
-    return _run("h2g", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
+def _run_moe_h2g(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cfg):
+    return _run("h2g", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16, combine)
 
 
-def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, **cfg):
-    return _run("tc", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16)
+def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cfg):
+    return _run("tc", x, r, p1, b1, p2, b2, alpha, limit, cfg, x16, combine)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -544,13 +571,16 @@ def _check_moe_args(x, routing, w1, b1, w2, b2):
 
 
 def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: torch.Tensor, *,
-              alpha: float = 1.702, limit: float = 7.0, variant: str = "auto", x16=None, **config) -> torch.Tensor:
+              alpha: float = 1.702, limit: float = 7.0, variant: str = "auto", x16=None, combine: bool = True,
+              **config) -> torch.Tensor | MoESlots:
     """GPT-OSS MoE layer: x [T, H] bf16, routing from route()/Routing.from_ids, w1 MXFP4 [E, 2I, H] (gate and
     linear rows interleaved), b1 [E, 2I], w2 MXFP4 [E, H, I], b2 [E, H] -> [T, H] bf16.
 
     variant="auto" picks from the host-side table in kernels.tables by T (no device sync).
     x16: x already converted by x_to_f16(x, planes=True) (router_logits(x16=True) makes it in its own
     launch); the moe_h2g variant then skips its conversion launch, the others do not need it.
+    combine=False: the output before its combine launch, as MoESlots (or the [T, H] tensor where the config
+    already fused the combine), for kernels.add_rms_norm to sum as its residual.
     """
     _check_moe_args(x, routing, w1, b1, w2, b2)
     if x16 is not None:
@@ -573,4 +603,4 @@ def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: t
         config = {**picked, **config}
     v = get_variant(variant, "moe")
     cfg = v.check(config, problem)
-    return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, **cfg)
+    return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, combine=combine, **cfg)

@@ -20,17 +20,29 @@ import torch
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 from .linear_f16 import plane_words, store_x16_planes
+from .moe import MoESlots
 
 
 @triton.jit
-def _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
+def _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, GATHER: tl.constexpr,
+                BLOCK_H: tl.constexpr):
     """(rh, mask, s, y): the whole row in one load round (latency, not bandwidth, is what a decode norm costs):
-    s = x (+ r, rounded to bf16 like torch's x + r) as fp32, y = RMSNorm(s) * scale as bf16."""
+    s = x (+ r, rounded to bf16 like torch's x + r) as fp32, y = RMSNorm(s) * scale as bf16. GATHER = k > 0:
+    r is a MoESlots' rows, and this row's r is the fp32 sum of rows inv[row*k + j], j < k, rounded to bf16
+    (what MoESlots.combine stores)."""
     rh = tl.arange(0, BLOCK_H)
     hm = rh < H
     s = tl.load(x_ptr + row * H + rh, mask=hm, other=0.0)
     if HAS_RES:
-        s = (s.to(tl.float32) + tl.load(r_ptr + row * H + rh, mask=hm, other=0.0).to(tl.float32)).to(tl.bfloat16)
+        if GATHER > 0:
+            m = tl.zeros((BLOCK_H,), tl.float32)
+            for j in tl.static_range(GATHER):
+                pos = tl.load(inv_ptr + row * GATHER + j).to(tl.int64)
+                m += tl.load(r_ptr + pos * H + rh, mask=hm, other=0.0).to(tl.float32)
+            r = m.to(tl.bfloat16)
+        else:
+            r = tl.load(r_ptr + row * H + rh, mask=hm, other=0.0)
+        s = (s.to(tl.float32) + r.to(tl.float32)).to(tl.bfloat16)
     s = s.to(tl.float32)
     w = tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / H + eps)
@@ -38,10 +50,11 @@ def _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, BLOCK_H
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK_H: tl.constexpr):
+def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr,
+                     GATHER: tl.constexpr, BLOCK_H: tl.constexpr):
     pdl_enter()
     row = tl.program_id(0).to(tl.int64)
-    rh, hm, s, y = _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, BLOCK_H)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES, GATHER, BLOCK_H)
     if HAS_RES:
         tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
     tl.store(y_ptr + row * H + rh, y, mask=hm)
@@ -59,7 +72,7 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, x
     hm = rh < H
     g = tl.load(gw_ptr + re[:, None].to(tl.int64) * H + rh[None, :], mask=em[:, None] & hm[None, :], other=0.0)
     bias = tl.load(gb_ptr + re, mask=em, other=0.0).to(tl.float32)
-    rh, hm, s, y = _summed_row(x_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, BLOCK_H)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, 0, BLOCK_H)
     if pe == 0:
         if HAS_RES:
             tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
@@ -75,7 +88,10 @@ def _check_norm_args(x, residual, scale):
     H = x.shape[-1]
     if tuple(scale.shape) != (H,):
         raise ValueError(f"scale must have shape ({H},), got {tuple(scale.shape)}")
-    if residual is not None:
+    if isinstance(residual, MoESlots):
+        if residual.shape != (x.numel() // H if H else 0, H):
+            raise ValueError(f"residual MoESlots of shape {residual.shape} do not match x {tuple(x.shape)}")
+    elif residual is not None:
         _check_tensor("residual", residual, (torch.bfloat16,))
         if residual.shape != x.shape:
             raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
@@ -97,18 +113,22 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     return add_rms_norm(x, None, scale, eps)[1]
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor,
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scale: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, norm(s)) for s = x + residual in bf16 (s is x itself when residual is None), one launch.
 
     x, residual [..., H] bf16, scale [H]. The same numbers as torch's `s = x + residual` then rms_norm(s).
+    residual may be a MoE layer's MoESlots (moe_mxfp4(combine=False)): its combine then runs in this launch.
     """
     x, residual, H, rows = _check_norm_args(x, residual, scale)
+    slots = residual if isinstance(residual, MoESlots) else None
     s = x if residual is None else torch.empty_like(x)
     y = torch.empty_like(x)
     if rows:
-        _rms_norm_kernel[(rows,)](x, residual if residual is not None else x, scale, s, y, H, float(eps),
-                                  HAS_RES=residual is not None, **_row_launch(H), **pdl_launch())
+        r = slots.rows if slots is not None else residual if residual is not None else x
+        _rms_norm_kernel[(rows,)](x, r, slots.inverse if slots is not None else r, scale, s, y, H, float(eps),
+                                  HAS_RES=residual is not None, GATHER=slots.top_k if slots is not None else 0,
+                                  **_row_launch(H), **pdl_launch())
     return s, y
 
 
@@ -123,6 +143,8 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
     Every program recomputes the row's norm and dots it with block_e experts' rows, so the grid is
     rows x E / block_e: meant for decode (a few rows); prefill is better served by rms_norm + a GEMM.
     """
+    if isinstance(residual, MoESlots):
+        raise TypeError("router_logits takes a dense residual (the attention output), not MoESlots")
     x, residual, H, rows = _check_norm_args(x, residual, scale)
     if gate_w.dim() != 2 or gate_w.shape[1] != H:
         raise ValueError(f"gate_w must be [E, {H}], got {tuple(gate_w.shape)}")

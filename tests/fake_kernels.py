@@ -22,7 +22,7 @@ def install(monkeypatch, calls: list | None = None) -> list:
         calls.append(("route", tuple(logits.shape), k))
         return Routing(*topk_softmax(logits, k))
 
-    def moe_mxfp4(x, routing, w1, b1, w2, b2, *, alpha=1.702, limit=7.0, variant="auto", x16=None):
+    def moe_mxfp4(x, routing, w1, b1, w2, b2, *, alpha=1.702, limit=7.0, variant="auto", x16=None, combine=True):
         assert isinstance(routing, Routing) and x.dtype == torch.bfloat16
         calls.append(("moe_mxfp4", tuple(x.shape), w1.shape, w2.shape, alpha, limit))
         return reference_moe(x, (routing.ids, routing.weights), w1, b1, w2, b2, alpha=alpha, limit=limit).bfloat16()

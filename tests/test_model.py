@@ -292,6 +292,26 @@ def test_router_hands_the_moe_its_fp16_input(weights, device):
     assert seen == [True] * CFG.layers
 
 
+def test_decode_step_combines_the_moe_inside_the_next_norm(weights, device):
+    """Decode with the triton attention and MoE backends leaves each MoE output uncombined (MoESlots) for
+    the next norm to sum; with a hook on, every component output is materialised instead. Same logits."""
+    m = GptOss(CFG, weights.to(device), Backends(attention="triton", moe="triton"))
+    real, kinds = m.moe._moe, []
+    m.moe._moe = lambda *a, **kw: kinds.append(type(y := real(*a, **kw)).__name__) or y
+    prompt = tokens(1, 4, seed=6).to(device)
+    outs = []
+    for hooked in (False, True):
+        cache = m.new_cache(1, 6)
+        nxt = m.prefill(prompt, cache).argmax(-1)
+        handle = m.add_hook(lambda *a: None) if hooked else None
+        outs.append(m.decode_step(nxt, cache)[1])
+        if handle:
+            handle.remove()
+    L = CFG.layers
+    assert kinds == ["Tensor"] * L + ["MoESlots"] * L + ["Tensor"] * 2 * L  # prefill, decode, hooked pair
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_weights_move_between_devices(weights):
     moved = weights.to("cpu")
     assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)

@@ -171,3 +171,27 @@ def test_precomputed_x16_gives_the_same_output(layer, device):
     assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_tc", x16=x16), K.moe_mxfp4(x, r, *dw, variant="moe_tc"))
     with pytest.raises(ValueError, match="x16 must be"):
         K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=(x16[0][:, :8], x16[1]))
+
+
+def test_uncombined_output_sums_in_the_next_norm(layer, device):
+    """moe_mxfp4(combine=False) gives MoESlots whose combine() is the usual output, and add_rms_norm with
+    them as the residual matches add_rms_norm of the combined output bit for bit (the same fp32 sum and
+    bf16 roundings, in one launch fewer)."""
+    w1, b1, w2, b2 = layer
+    sample = rgen.generate("duplicates(0.5)", 3, E, TOPK, seed=5)
+    x = torch.randn(3, H, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16).to(device)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    dw = [w.to(device) for w in (w1, b1, w2, b2)]
+    slots = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", combine=False)
+    assert isinstance(slots, K.MoESlots) and slots.shape == (3, H)
+    dense = K.moe_mxfp4(x, r, *dw, variant="moe_h2g")
+    assert torch.equal(slots.combine(), dense)
+    stream = torch.randn(3, H, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16).to(device)
+    scale = (torch.rand(H, generator=torch.Generator().manual_seed(8)) + 0.5).to(device)
+    s, y = K.add_rms_norm(stream, slots, scale, 1e-5)
+    s_ref, y_ref = K.add_rms_norm(stream, dense, scale, 1e-5)
+    assert torch.equal(s, s_ref) and torch.equal(y, y_ref)
+    with pytest.raises(ValueError, match="do not match"):
+        K.add_rms_norm(stream[:2], slots, scale, 1e-5)
+    with pytest.raises(TypeError, match="dense residual"):
+        K.router_logits(stream, slots, scale, 1e-5, torch.zeros(4, H, device=device), torch.zeros(4, device=device))

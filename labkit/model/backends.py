@@ -110,7 +110,7 @@ class TorchMoE:
     def route(self, logits: torch.Tensor, config: ModelConfig) -> TorchRouting:
         return route_torch(logits, config)
 
-    def experts(self, x, routing, lw, config, emit=None, x16=None) -> torch.Tensor:
+    def experts(self, x, routing, lw, config, emit=None, x16=None, combine=True) -> torch.Tensor:
         return moe_torch(x, routing, lw, config, act_format=self.act_format, emit=emit)
 
 
@@ -124,10 +124,11 @@ class TritonMoE:
     def route(self, logits: torch.Tensor, config: ModelConfig):
         return self._route(logits, config.top_k)
 
-    def experts(self, x, routing, lw, config, emit=None, x16=None) -> torch.Tensor:
-        """x16: x already in fp16 (router_logits(x16=True)), saving the MoE kernels' conversion launch."""
+    def experts(self, x, routing, lw, config, emit=None, x16=None, combine=True):
+        """x16: x already in fp16 (router_logits(x16=True)), saving the MoE kernels' conversion launch;
+        combine=False: kernels.MoESlots for kernels.add_rms_norm to combine in its own launch."""
         return self._moe(x, routing, lw.w1, lw.b1, lw.w2, lw.b2, alpha=config.swiglu_alpha, limit=config.swiglu_limit,
-                         x16=x16)
+                         x16=x16, combine=combine)
 
 
 def make_moe(backends: Backends, config: ModelConfig):

@@ -141,6 +141,8 @@ class GptOss:
         if emit:
             emit(None, "embedding", x)
         pending = None  # the last MoE output: its residual add runs fused with the next norm
+        # decode with the lab's kernels throughout: the MoE combine too runs inside the next norm's launch
+        slots = T == 1 and not emit and self.backends.attention == "triton" and self.backends.moe == "triton"
         for i, lw in enumerate(w.layers):
             with rng(f"layer.{i}"):
                 with rng("attention"):
@@ -155,13 +157,14 @@ class GptOss:
                     emit(i, "router", dense_gates(routing, c.experts))
                 with rng("moe"):
                     m = self.moe.experts(t.reshape(B * T, -1), routing, lw, c,
-                                         emit=(lambda n, v, i=i: emit(i, n, v)) if emit else None, x16=t16)
-                pending = m.view(B, T, -1)
+                                         emit=(lambda n, v, i=i: emit(i, n, v)) if emit else None, x16=t16,
+                                         combine=not slots)
+                pending = m if isinstance(m, kernels.MoESlots) else m.view(B, T, -1)
                 if emit:
                     emit(i, "moe", pending)
                     emit(i, "residual", x + pending)
         cache.pos.add_(T)
-        if not all_logits:
+        if not all_logits and T > 1:
             x, pending = x[:, -1:], pending[:, -1:] if pending is not None else None
         with rng("final_norm"):
             _, h = self._add_norm(x, pending, w.norm, c.norm_eps)
