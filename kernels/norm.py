@@ -15,15 +15,12 @@ instead of a second launch; program 0 stores s and y.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 from .linear_f16 import plane_words, store_x16_planes
 from .moe import MoESlots
-from .routing import FUSED_MAX_TOKENS, Routing, empty_routing, fused_route_fits, route_blocks, route_rows
 
 
 @triton.jit
@@ -65,9 +62,7 @@ def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES
 
 @triton.jit
 def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, xq_ptr, xs_ptr, H, E, eps, PLANE,
-                   done_ptr, ids_ptr, rw_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr,
-                   HAS_RES: tl.constexpr, X16: tl.constexpr, ROUTE: tl.constexpr, BLOCK_E: tl.constexpr,
-                   BLOCK_H: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, RT: tl.constexpr, RE: tl.constexpr):
+                   HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
     pdl_enter()
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
@@ -86,13 +81,6 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, x
             store_x16_planes(xq_ptr, xs_ptr, row, y, rh, H, PLANE)
     logits = tl.sum(g.to(tl.float32) * y.to(tl.float32)[None, :], axis=1) + bias
     tl.store(out_ptr + row * E + re, logits.to(tl.bfloat16), mask=em)
-    if ROUTE:  # the launch's last program to finish routes every row (its acquire sees the others' logits)
-        total = tl.num_programs(0) * tl.num_programs(1)
-        tl.debug_barrier()  # every thread's logits stores come before the one thread's release below
-        if tl.atomic_add(done_ptr, 1, sem="acq_rel", scope="gpu") == total - 1:
-            route_rows(out_ptr, ids_ptr, rw_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, tl.num_programs(0), E, E,
-                       K, KP, RT, RE)
-            tl.atomic_xchg(done_ptr, 0)  # ready for the next launch (a graph replays this one)
 
 
 def _check_norm_args(x, residual, scale):
@@ -144,38 +132,13 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scal
     return s, y
 
 
-class RouterOut(NamedTuple):
-    """router_logits' results: s = x + residual, y = norm(s), the router logits, and on request the MoE's
-    fp16 input (x_to_f16(y, planes=True)) and the routing (route(logits, top_k))."""
-
-    s: torch.Tensor
-    y: torch.Tensor
-    logits: torch.Tensor
-    x16: tuple[torch.Tensor, torch.Tensor] | None = None
-    routing: Routing | None = None
-
-
-_DONE: dict = {}
-
-
-def _done_counter(device) -> torch.Tensor:
-    """The per-device int32 counter router_logits' routing programs count themselves on (zero between
-    launches; launches on one stream at a time, as the lab's decode does)."""
-    key = torch.device(device)
-    if key not in _DONE:
-        _DONE[key] = torch.zeros(1, device=key, dtype=torch.int32)
-    return _DONE[key]
-
-
 def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor, eps: float,
-                  gate_w: torch.Tensor, gate_b: torch.Tensor, *, block_e: int = 4, x16: bool = False,
-                  top_k: int | None = None) -> RouterOut:
-    """add_rms_norm(x, residual, scale, eps) and the router linear y @ gate_w^T + gate_b in one launch:
-    RouterOut(s, y, logits). gate_w [E, H] and gate_b [E] (bf16 or fp32); logits [..., E] bf16 like torch's
-    F.linear in bf16. x16=True also fills RouterOut.x16 with x_to_f16(y, planes=True), (xq, xs) for
-    moe_mxfp4(x16=...): the MoE's fp16 input without a launch of its own. top_k=k also fills
-    RouterOut.routing with route(logits, k), computed by the launch's last program to finish (an atomic
-    counter), again without a launch of its own.
+                  gate_w: torch.Tensor, gate_b: torch.Tensor, *, block_e: int = 4,
+                  x16: bool = False) -> tuple[torch.Tensor, ...]:
+    """(s, y, logits): add_rms_norm(x, residual, scale, eps) and the router linear y @ gate_w^T + gate_b in
+    one launch. gate_w [E, H] and gate_b [E] (bf16 or fp32); logits [..., E] bf16 like torch's F.linear in bf16.
+    x16=True also returns x_to_f16(y, planes=True) as a fourth item, (xq, xs) for moe_mxfp4(x16=...): the
+    MoE's fp16 input without a launch of its own.
 
     Every program recomputes the row's norm and dots it with block_e experts' rows, so the grid is
     rows x E / block_e: meant for decode (a few rows); prefill is better served by rms_norm + a GEMM.
@@ -196,19 +159,9 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
     width = 8 * plane_words(H)  # fp16 per x16 row (4 planes)
     xq = torch.empty((rows, width if x16 else 0), device=x.device, dtype=torch.float16)
     xs = torch.empty((rows if x16 else 0,), device=x.device, dtype=torch.float32)
-    routing = None
-    if top_k is not None:
-        if not fused_route_fits(rows, E, top_k):
-            raise ValueError(f"top_k={top_k} routing of {rows} rows over {E} experts does not fit one program "
-                             f"(at most {FUSED_MAX_TOKENS} rows, 1 <= top_k <= E <= 1024): use route()")
-        routing = empty_routing(rows, E, top_k, x.device)
-    route_out = (_done_counter(x.device), routing.ids, routing.weights, routing.counts, routing.offsets,
-                 routing.sorted, routing.inverse) if routing else (y,) * 7  # (unused without routing)
-    rb = route_blocks(max(rows, 1), E, top_k or 1)
     if rows:
         _router_kernel[(rows, triton.cdiv(E, block_e))](
             x, residual if residual is not None else x, scale, s, y, gate_w.contiguous(), gate_b.contiguous(), logits,
-            xq if x16 else y, xs if x16 else y, H, E, float(eps), width // 4, *route_out,
-            HAS_RES=residual is not None, X16=x16, ROUTE=routing is not None, BLOCK_E=block_e, K=rb["K"],
-            KP=rb["KP"], RT=rb["BLOCK_T"], RE=rb["BLOCK_E"], **_row_launch(H, width if x16 else 1), **pdl_launch())
-    return RouterOut(s, y, logits, (xq, xs) if x16 else None, routing)
+            xq if x16 else y, xs if x16 else y, H, E, float(eps), width // 4, HAS_RES=residual is not None, X16=x16,
+            BLOCK_E=block_e, **_row_launch(H, width if x16 else 1), **pdl_launch())
+    return (s, y, logits, (xq, xs)) if x16 else (s, y, logits)
