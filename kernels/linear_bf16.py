@@ -28,7 +28,8 @@ def fits(m: int, block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> bo
 @triton.jit
 def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pdl_enter()
+    """The first K tile of W is loaded before the PDL wait: weights are never written by the kernels before,
+    so that load overlaps their tail; x is read after it."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rn_c = tl.minimum(rn, N - 1)  # rows past N read row N-1 (never stored)
     rm = tl.arange(0, BLOCK_M)
@@ -36,15 +37,21 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexp
     rk = tl.arange(0, BLOCK_K)
     wp = w_ptr + rn_c[:, None].to(tl.int64) * K + rk[None, :]
     xp = x_ptr + rm[:, None] * K + rk[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), tl.float32)
+    k0 = rk < K
+    w = tl.load(wp, mask=k0[None, :], other=0.0).to(tl.float32)
+    pdl_enter()
+    x = tl.load(xp, mask=mmask[:, None] & k0[None, :], other=0.0).to(tl.float32)
+    acc = x[:, None, :] * w[None, :, :]
+    wp += BLOCK_K
+    xp += BLOCK_K
     full = K // BLOCK_K
-    for _ in range(0, full):
+    for _ in range(1, full):
         w = tl.load(wp).to(tl.float32)
         x = tl.load(xp, mask=mmask[:, None], other=0.0).to(tl.float32)
         acc += x[:, None, :] * w[None, :, :]
         wp += BLOCK_K
         xp += BLOCK_K
-    if full * BLOCK_K < K:
+    if full * BLOCK_K < K and full > 0:
         km = full * BLOCK_K + rk < K
         w = tl.load(wp, mask=km[None, :], other=0.0).to(tl.float32)
         x = tl.load(xp, mask=mmask[:, None] & km[None, :], other=0.0).to(tl.float32)

@@ -192,10 +192,14 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
-    The routing is read after the wait (pdl_enter): with x16 from router_logits, mlp1 directly follows
-    route."""
-    pdl_enter()
+    mlp2 (PHASE 2) reads its routing before the PDL wait, overlapping that chain of dependent loads with
+    mlp1's tail: route wrote it two launches back and had finished before mlp1 let mlp2 start. mlp1 waits
+    first: with x16 from router_logits it directly follows route."""
+    if PHASE == 1:
+        pdl_enter()
     e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    if PHASE == 2:
+        pdl_enter()
     if active:
         G: tl.constexpr = BLOCK_K // 32
         TW: tl.constexpr = BLOCK_K // 8
