@@ -52,8 +52,9 @@ def pdl_scope(on: bool = True):
 def pdl_enter():
     """First statement of every decode-path kernel: wait until the previous kernel in the stream has finished
     and its writes are visible (griddepcontrol.wait), then let the next kernel's programs launch. Before the
-    wait a program reads only what no kernel writes (weights) or what was written two launches back by a
-    kernel its launcher always puts there (moe_h2g's mlp2 and its routing); without PDL both are no-ops.
+    wait a program reads only what no kernel writes (weights) or what its caller guarantees was written at
+    least two launches back (moe_h2g's mlp2: its routing; split decode attention: the position and the older
+    cache rows); without PDL both are no-ops.
     (The second rule is fragile: when router_logits took over x_to_f16's launch, mlp1's early routing read
     ran before route had finished, an illegal address in the decode graph.)"""
     if GDC:

@@ -135,8 +135,11 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, sink_ptr, o_ptr, 
 def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, ml_ptr, HQ, HKV, S, window, sm_scale,
                             NSPLIT, D: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
     """Decode (one query per sequence): program (b * HQ + h, split) folds keys [split * SPLIT, + SPLIT) that the
-    query can see into an unnormalized partial (acc [D], running max, denominator)."""
-    pdl_enter()
+    query can see into an unnormalized partial (acc [D], running max, denominator).
+
+    One-block splits load their older keys and values before the PDL wait: the position and the cache rows
+    before it were written in earlier steps; only q and the newest row (rope_kv_write, the launch before)
+    are read after it."""
     bh = tl.program_id(0)
     sp = tl.program_id(1)
     b = bh // HQ
@@ -145,20 +148,27 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, m
     hi = tl.minimum(tl.minimum(pos + 1, S), sp * SPLIT + SPLIT)
     lo = tl.maximum(sp * SPLIT, tl.where(window > 0, pos - window + 1, 0))
     rd = tl.arange(0, D)
-    q = tl.load(q_ptr + bh.to(tl.int64) * D + rd).to(tl.float32) * sm_scale
     kv_base = (b * S * HKV + kvh).to(tl.int64) * D
     if SPLIT == BLOCK_S:  # one block: K and V of the split in the same load round, no loop
         rs = sp * SPLIT + tl.arange(0, BLOCK_S)
         ok = (rs >= lo) & (rs < hi)
         kp = kv_base + (rs[:, None] * HKV).to(tl.int64) * D + rd[None, :]
-        k = tl.load(k_ptr + kp, mask=ok[:, None], other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + kp, mask=ok[:, None], other=0.0).to(tl.float32)
+        old = (ok & (rs != pos))[:, None]
+        k = tl.load(k_ptr + kp, mask=old, other=0.0)
+        v = tl.load(v_ptr + kp, mask=old, other=0.0)
+        pdl_enter()
+        q = tl.load(q_ptr + bh.to(tl.int64) * D + rd).to(tl.float32) * sm_scale
+        new = (ok & (rs == pos))[:, None]
+        k = tl.where(new, tl.load(k_ptr + kp, mask=new, other=0.0), k).to(tl.float32)
+        v = tl.where(new, tl.load(v_ptr + kp, mask=new, other=0.0), v).to(tl.float32)
         sc = tl.where(ok, tl.sum(k * q[None, :], axis=1), float("-inf"))
         m = tl.maximum(tl.max(sc, axis=0), -1e30)  # finite: an empty split gives exp(-1e30) = 0 in the merge
         p = tl.exp(sc - m)
         acc = tl.sum(p[:, None] * v, axis=0)
         den = tl.sum(p, axis=0)
     else:
+        pdl_enter()
+        q = tl.load(q_ptr + bh.to(tl.int64) * D + rd).to(tl.float32) * sm_scale
         m = tl.max(tl.full((BLOCK_S,), -1e30, tl.float32), axis=0)
         den = tl.sum(tl.zeros((BLOCK_S,), tl.float32), axis=0)
         acc = tl.zeros((D,), tl.float32)
