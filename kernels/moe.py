@@ -472,7 +472,8 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
                 num_stages=1)
             return out
-        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
+        cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
+        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
     else:
         tiles = _tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
@@ -500,7 +501,7 @@ def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cf
 # ------------------------------------------------------------------------------------------------------------
 # Registry and entry point
 
-_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")
+_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "BLOCK_N2")
 
 
 def _rule_tc(cfg, problem):
@@ -524,12 +525,14 @@ register(Variant(
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1},
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32)},
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
+              "BLOCK_N2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253)),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
-                "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory",
+                "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
+                "row tile when it differs from mlp1's (None: BLOCK_N)",
 ))
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,

@@ -152,12 +152,16 @@ def rule_mma_registers(cfg, problem):
 
 def rule_h2g_words(cfg, problem):
     """The h2g kernels (gemv_h2g, moe_h2g) keep a tile's weight words and their four decoded pairs in
-    registers: past 16 words per thread (BLOCK_N*BLOCK_K/8/threads) the sm_90 build reaches 255 and spills."""
-    words = cfg["BLOCK_N"] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
-    if words > 16:
-        return f"{words} weight words per thread (BLOCK_N*BLOCK_K/8/threads > 16) spill registers"
-    if words < 1:
-        return "fewer weight words than threads (BLOCK_N*BLOCK_K/8 < 32*num_warps)"
+    registers: past 16 words per thread (BLOCK_N*BLOCK_K/8/threads) the sm_90 build reaches 255 and spills.
+    moe_h2g's BLOCK_N2 (mlp2's row tile, when set) is held to the same bounds."""
+    for key in ("BLOCK_N", "BLOCK_N2"):
+        if cfg.get(key) is None:
+            continue
+        words = cfg[key] * cfg["BLOCK_K"] // 8 // (32 * cfg["num_warps"])
+        if words > 16:
+            return f"{words} weight words per thread ({key}*BLOCK_K/8/threads > 16) spill registers"
+        if words < 1:
+            return f"fewer weight words than threads ({key}*BLOCK_K/8 < 32*num_warps)"
     return None
 
 
@@ -182,4 +186,6 @@ def rule_h2g_pipeline(cfg, problem):
         for p in ("PREFETCH", "COMBINE"):
             if cfg.get(p):
                 return f"{p}=True has no pipelined K loop: use num_stages=1 with it"
+    if cfg.get("COMBINE") and cfg.get("BLOCK_N2"):
+        return "COMBINE=True runs mlp2 as the fused-combine kernel on BLOCK_N rows: leave BLOCK_N2 unset"
     return rule_shared_memory(cfg, problem)

@@ -49,6 +49,7 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     extra = [{**MOE[name].defaults, "COMBINE": True}] if "COMBINE" in MOE[name].space else []  # fused combine
     if routing == "hot(0.6,1)":  # a pipelined K loop, where one exists (same arithmetic: one routing is enough)
         extra += [c for c in cfgs if c.get("num_stages", 1) > 2][:1]
+        extra += [c for c in cfgs if c.get("BLOCK_N2") and c["BLOCK_N2"] != c["BLOCK_N"]][:1]  # mlp2's own tile
     for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2], *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
