@@ -25,36 +25,46 @@ from .moe import MoESlots
 
 @triton.jit
 def _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, GATHER: tl.constexpr,
-                BLOCK_H: tl.constexpr):
+                BLOCK_H: tl.constexpr, SETTLED: tl.constexpr, GATHER_P2: tl.constexpr = 1):
     """(rh, mask, s, y): the whole row in one load round (latency, not bandwidth, is what a decode norm costs):
     s = x (+ r, rounded to bf16 like torch's x + r) as fp32, y = RMSNorm(s) * scale as bf16. GATHER = k > 0:
     r is a MoESlots' rows, and this row's r is the fp32 sum of rows inv[row*k + j], j < k, rounded to bf16
-    (what MoESlots.combine stores)."""
+    (what MoESlots.combine stores).
+
+    Waits for the previous kernel (pdl_enter) after loading the scale (a weight), and with SETTLED after x
+    and the slots' inverse map too (the caller guarantees they were written at least two launches back)."""
     rh = tl.arange(0, BLOCK_H)
     hm = rh < H
+    w = tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+    if not SETTLED:
+        pdl_enter()
     s = tl.load(x_ptr + row * H + rh, mask=hm, other=0.0)
+    if HAS_RES and GATHER > 0:
+        rj = tl.arange(0, GATHER_P2)
+        pj = tl.load(inv_ptr + row * GATHER + rj, mask=rj < GATHER, other=0).to(tl.int64)
+    if SETTLED:
+        pdl_enter()
     if HAS_RES:
         if GATHER > 0:
             m = tl.zeros((BLOCK_H,), tl.float32)
             for j in tl.static_range(GATHER):
-                pos = tl.load(inv_ptr + row * GATHER + j).to(tl.int64)
+                pos = tl.sum(tl.where(rj == j, pj, 0), axis=0)
                 m += tl.load(r_ptr + pos * H + rh, mask=hm, other=0.0).to(tl.float32)
             r = m.to(tl.bfloat16)
         else:
             r = tl.load(r_ptr + row * H + rh, mask=hm, other=0.0)
         s = (s.to(tl.float32) + r.to(tl.float32)).to(tl.bfloat16)
     s = s.to(tl.float32)
-    w = tl.load(w_ptr + rh, mask=hm, other=0.0).to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / H + eps)
     return rh, hm, s, (s * inv * w).to(tl.bfloat16)
 
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr,
-                     GATHER: tl.constexpr, BLOCK_H: tl.constexpr):
-    pdl_enter()
+                     GATHER: tl.constexpr, GATHER_P2: tl.constexpr, BLOCK_H: tl.constexpr, SETTLED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    rh, hm, s, y = _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES, GATHER, BLOCK_H)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES, GATHER, BLOCK_H, SETTLED,
+                               GATHER_P2)
     if HAS_RES:
         tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
     tl.store(y_ptr + row * H + rh, y, mask=hm)
@@ -63,7 +73,7 @@ def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES
 @triton.jit
 def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, xq_ptr, xs_ptr, H, E, eps, PLANE,
                    HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
-    pdl_enter()
+    """The gate rows and biases (weights) load before the PDL wait (in _summed_row), x and r after it."""
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
     re = pe * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -72,7 +82,7 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, x
     hm = rh < H
     g = tl.load(gw_ptr + re[:, None].to(tl.int64) * H + rh[None, :], mask=em[:, None] & hm[None, :], other=0.0)
     bias = tl.load(gb_ptr + re, mask=em, other=0.0).to(tl.float32)
-    rh, hm, s, y = _summed_row(x_ptr, r_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, 0, BLOCK_H)
+    rh, hm, s, y = _summed_row(x_ptr, r_ptr, r_ptr, w_ptr, row, H, eps, HAS_RES, 0, BLOCK_H, False)
     if pe == 0:
         if HAS_RES:
             tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
@@ -114,11 +124,13 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scale: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                 eps: float, *, settled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, norm(s)) for s = x + residual in bf16 (s is x itself when residual is None), one launch.
 
     x, residual [..., H] bf16, scale [H]. The same numbers as torch's `s = x + residual` then rms_norm(s).
     residual may be a MoE layer's MoESlots (moe_mxfp4(combine=False)): its combine then runs in this launch.
+    settled=True promises that x (and the slots' inverse map) were written at least two launches back, so
+    under PDL they are read before waiting for the previous kernel (the model's decode norms after a MoE).
     """
     x, residual, H, rows = _check_norm_args(x, residual, scale)
     slots = residual if isinstance(residual, MoESlots) else None
@@ -128,7 +140,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scal
         r = slots.rows if slots is not None else residual if residual is not None else x
         _rms_norm_kernel[(rows,)](x, r, slots.inverse if slots is not None else r, scale, s, y, H, float(eps),
                                   HAS_RES=residual is not None, GATHER=slots.top_k if slots is not None else 0,
-                                  **_row_launch(H), **pdl_launch())
+                                  GATHER_P2=triton.next_power_of_2(slots.top_k) if slots is not None else 1,
+                                  SETTLED=settled, **_row_launch(H), **pdl_launch())
     return s, y
 
 

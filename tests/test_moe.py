@@ -192,6 +192,8 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     s, y = K.add_rms_norm(stream, slots, scale, 1e-5)
     s_ref, y_ref = K.add_rms_norm(stream, dense, scale, 1e-5)
     assert torch.equal(s, s_ref) and torch.equal(y, y_ref)
+    settled = K.add_rms_norm(stream, slots, scale, 1e-5, settled=True)  # a PDL hint: the same numbers
+    assert torch.equal(settled[0], s) and torch.equal(settled[1], y)
     with pytest.raises(ValueError, match="do not match"):
         K.add_rms_norm(stream[:2], slots, scale, 1e-5)
     with pytest.raises(TypeError, match="dense residual"):

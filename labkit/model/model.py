@@ -39,8 +39,9 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + residual, its RMSNorm) in torch ops (x itself when residual is None); see kernels.add_rms_norm."""
+                 eps: float, *, settled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + residual, its RMSNorm) in torch ops (x itself when residual is None); see kernels.add_rms_norm
+    (settled is its PDL hint and means nothing here)."""
     s = x if residual is None else x + residual
     return s, rms_norm(s, scale, eps)
 
@@ -146,7 +147,9 @@ class GptOss:
         for i, lw in enumerate(w.layers):
             with rng(f"layer.{i}"):
                 with rng("attention"):
-                    x, h = self._add_norm(x, pending, lw.attn_norm, c.norm_eps)
+                    # after a MoE, x is router_logits' output from four launches back (see add_rms_norm)
+                    x, h = self._add_norm(x, pending, lw.attn_norm, c.norm_eps,
+                                          settled=isinstance(pending, kernels.MoESlots))
                     a = self._attention(h, lw, c, i, cache, positions, self.kv_map)
                 if emit:
                     emit(i, "attention", a)
@@ -167,7 +170,7 @@ class GptOss:
         if not all_logits and T > 1:
             x, pending = x[:, -1:], pending[:, -1:] if pending is not None else None
         with rng("final_norm"):
-            _, h = self._add_norm(x, pending, w.norm, c.norm_eps)
+            _, h = self._add_norm(x, pending, w.norm, c.norm_eps, settled=isinstance(pending, kernels.MoESlots))
         if emit:
             emit(None, "final_norm", h)
         with rng("lm_head"):
