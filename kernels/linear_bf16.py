@@ -63,15 +63,16 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexp
 
 
 #: Measured picks, (rows, N, K) -> config, or None where cuBLAS was faster; from the linear_bf16 sweep
-#: PICKS_RUN (graph replays, L2-rotated copies). qkv at one row takes the GEMV although cuBLAS was 0.4 us
-#: faster alone (14.1 vs 13.7 us): in the model the GEMV joins the PDL chain of its neighbours, cuBLAS does not.
-PICKS_RUN = "results/20261122T224336-h100-80gb-hbm3-linear-bf16"
+#: PICKS_RUN, run with LAB_PDL=1 as the model runs (graph replays of PDL launches, L2-rotated copies; the
+#: GEMV's first W tile loads before its PDL wait). The run without PDL (results/20261122T224336-...) had
+#: picked 512-wide K tiles, 12.3 us (attn out) and 13.8 us (qkv) at one row under PDL.
+PICKS_RUN = "results/20261123T005250-h100-80gb-hbm3-linear-bf16-pdl1"
 PICKS: dict[tuple[int, int, int], dict | None] = {
-    (1, 2880, 4096): {"block_n": 2, "block_k": 512, "num_warps": 2},  # attn out: 11.7 us, cuBLAS 13.6
-    (2, 2880, 4096): {"block_n": 4, "block_k": 512, "num_warps": 2},  # 12.7 us, cuBLAS 14.4
-    (4, 2880, 4096): None, (8, 2880, 4096): None,  # cuBLAS 14.4-14.5 us, the GEMV 17.9-28.5
-    (1, 5120, 2880): {"block_n": 4, "block_k": 512, "num_warps": 2},  # qkv: 14.1 us, cuBLAS 13.7 (see above)
-    (2, 5120, 2880): None, (4, 5120, 2880): None, (8, 5120, 2880): None,  # cuBLAS 13.8-13.9, GEMV 16-31
+    (1, 2880, 4096): {"block_n": 2, "block_k": 1024, "num_warps": 2},  # attn out: 10.2 us, cuBLAS 13.9
+    (2, 2880, 4096): {"block_n": 2, "block_k": 512, "num_warps": 4},  # 12.4 us, cuBLAS 14.1
+    (4, 2880, 4096): None, (8, 2880, 4096): None,  # cuBLAS 14.1 us, the GEMV 16.9-27.4
+    (1, 5120, 2880): {"block_n": 2, "block_k": 1024, "num_warps": 2},  # qkv: 13.1 us, cuBLAS 13.6
+    (2, 5120, 2880): None, (4, 5120, 2880): None, (8, 5120, 2880): None,  # cuBLAS 13.5-13.7, GEMV 15.7-29.4
 }
 
 
