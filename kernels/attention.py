@@ -233,6 +233,9 @@ def attention_sinks(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     Query head h reads kv head kv_map[h] ([Hq] int, device). Keys at positions <= the query's are visible
     (causal; later slots may hold stale entries and are never read), and with window > 0 only the last
     `window` of them. sinks [Hq] (or None) adds exp(sink) to each head's softmax denominator. -> [B, T, Hq, d] bf16.
+    Under PDL the decode path (T == 1) reads `positions` and the cache rows before the position ahead of its
+    wait for the previous kernel, so those must not be written by the launch just before (the row at the
+    position may be: rope_kv_write's).
     """
     _check_tensor("q", q, (torch.bfloat16,))
     B, T, HQ, D = q.shape

@@ -4,6 +4,7 @@ returned in bf16. Each function is one launch where torch spends several:
   rms_norm       y = norm(x)                                           (torch: eight small kernels)
   add_rms_norm   s = x + r rounded to bf16 (the residual add), y = norm(s)   -> (s, y)
   router_logits  add_rms_norm, then the router's linear on y: logits = y @ W^T + b (bf16)   -> (s, y, logits)
+                 (x16=True: also the MoE's fp16 input, x_to_f16(y, planes=True), as a fourth item)
 
 The decode step of GPT-OSS spends a launch on every one of these small steps (profiled on the H100: residual
 add 1.9 us, norm 2.6 us, router linear 4.4 us plus a 1.8 us split-K reduce), so folding them matters more
@@ -73,7 +74,8 @@ def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES
 @triton.jit
 def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, xq_ptr, xs_ptr, H, E, eps, PLANE,
                    HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
-    """The gate rows and biases (weights) load before the PDL wait (in _summed_row), x and r after it."""
+    """The gate rows, biases and norm scale (weights) load before the PDL wait, which _summed_row issues;
+    x and r after it."""
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
     re = pe * BLOCK_E + tl.arange(0, BLOCK_E)

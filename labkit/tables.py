@@ -32,12 +32,22 @@ def _problem_cols(op: str) -> list[str]:
     return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
 
 
+def _runnable(variant: str, config: str) -> bool:
+    """Whether this checkout can still run a stored (variant, config): the variant is registered and knows
+    every parameter (runs keep configs of options measured and later removed, e.g. L2_PREFETCH)."""
+    from kernels import VARIANTS
+
+    v = VARIANTS.get(variant)
+    return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
+
+
 def _points(runs, op: str) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
-    runs keeps each measurement; the fastest counts)."""
+    runs keeps each measurement; the fastest counts), limited to configs this checkout can run."""
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
+    df = df[[_runnable(v, c) for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points")
     df["t"] = df["us_graph"].fillna(df["us_eager"])

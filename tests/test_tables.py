@@ -44,6 +44,15 @@ def test_a_focused_run_refines_a_broad_one(tmp_path):
     assert (r["regret"] == 1.0).all() and len(r) == 2
 
 
+def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
+    """A run keeps configs of options since removed (or of removed variants); a table from it must not
+    hand auto a config that check() would reject."""
+    run = _run(tmp_path, [_pt("a", 128, 1, "gemv", 10), _pt("a", 128, 1, "gemv", 5, {"GONE": True}),
+                          _pt("a", 128, 1, "gone_variant", 4)])
+    t = derive_tables(run, "linear")
+    assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
+
+
 def test_package_tables_come_from_committed_h100_runs():
     import json
 
