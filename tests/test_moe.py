@@ -198,3 +198,35 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
         K.add_rms_norm(stream[:2], slots, scale, 1e-5)
     with pytest.raises(TypeError, match="dense residual"):
         K.router_logits(stream, slots, scale, 1e-5, torch.zeros(4, H, device=device), torch.zeros(4, device=device))
+
+
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 1},
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
+    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": True, "num_warps": 4},
+])
+def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
+    """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail;
+    H=288 and I=160 give mlp1 2 or 1 full steps plus a 32-wide tail and mlp2 one step plus a tail. Columns
+    past a tile's end (I=160 is not a multiple of BLOCK_N) and experts with more tokens than BLOCK_M too."""
+    e, h, i, k, t = 4, 288, 160, 2, 21
+    g = torch.Generator().manual_seed(11)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
+    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
+    sample = rgen.generate("zipf(1.2)", t, e, k, seed=4)
+    x = torch.randn(t, h, generator=g).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
+    assert rel_err(y, ref) < TOL
+
+
+def test_moe_mma_register_rule():
+    """Configs whose sm_90 builds spilled are refused with the reason; the default is admitted."""
+    v = K.VARIANTS["moe_mma"]
+    problem = {"op": "moe", "m": 64, "tokens": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason(v.defaults, problem) is None
+    for spilled in ({"BLOCK_M": 64, "CHUNKS": 1}, {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 2, "PREFETCH": True},
+                    {"BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "PREFETCH": True}):
+        assert "registers" in v.reason({**v.defaults, **spilled}, problem)

@@ -1,0 +1,299 @@
+"""moe_mma: the MoE layer's two GEMMs on tensor cores fed the way gemv_mma feeds them (kernels/linear_mma.py):
+MXFP4 weights decoded in the registers mma.sync reads them from, no shared memory between load and MMA.
+
+Why: from ~2 tokens per expert up, the CUDA-core decode variants (moe_h2g) run out of instruction issue (every
+token adds FMAs per weight), and moe_tc moves every decoded tile through shared memory for tl.dot. Here a
+weight costs its decode alone whatever the number of tokens up to BLOCK_M, so a layer whose experts hold
+2..64 tokens each (prefill chunks, batched decode) streams each expert's weights about once at a cost that
+barely grows with the tokens.
+
+Grid: (per-expert BLOCK_M-token tiles, as moe_tc: an expert with c tokens owns ceil(c / BLOCK_M) of them and
+spare programs exit, N tiles). mlp1 computes its gate rows (2j) and linear rows (2j + 1) as two MMA
+accumulators, so the SwiGLU pairs meet in the same registers (no shuffle), and stores the activation as
+scaled fp16 in x_to_f16's word-major order: exactly the B operand mlp2 loads. mlp2 stores the gate-weighted
+rows in expert-sorted order for the combine (or kernels.add_rms_norm).
+
+Numerics are gemv_mma's: fp16 weights E2M1 * 2^(s - SMAX + 1) (exact while the layer's scale bytes span at
+most 24 binades), fp16 activations rescaled per token (mlp1) or by act16_scale (mlp2), fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._triton import INTERPRETED, tl, triton
+from .decode import tc_dot
+from .linear import _rule_scale_span
+from .linear_f16 import x_to_f16
+from .linear_mma import _decode_chunks, _scale_mult, _x_chunks, gluon, mma_layouts
+from .moe import MoESlots, _tile_offsets, act16_scale
+from .variants import Variant, register, rule_pow2
+
+if gluon is not None:
+    from triton.experimental.gluon import language as gl
+
+    from .linear_mma import _g_step
+
+
+@triton.jit
+def _tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(expert, first sorted position, end of the expert's positions) of token tile `tile`: the expert is the
+    largest e with tiles[e] <= tile (empty experts share their neighbour's offset)."""
+    lo = 0
+    hi = E
+    for _ in tl.static_range(LOG_E):
+        mid = (lo + hi) // 2
+        go = tl.load(tiles_ptr + mid) <= tile
+        lo = tl.where(go, mid, lo)
+        hi = tl.where(go, hi, mid)
+    m0 = tl.load(offs_ptr + lo) + (tile - tl.load(tiles_ptr + lo)) * BLOCK_M
+    return lo, m0, tl.load(offs_ptr + lo + 1)
+
+
+@triton.jit
+def _source(sorted_ptr, rm, end, m0, TOPK, PHASE: tl.constexpr):
+    """Input row of each sorted position: its token (mlp1) or the position itself (mlp2); positions past the
+    expert's last read the tile's first row (computed, never stored)."""
+    mmask = rm < end
+    if PHASE == 1:
+        return tl.where(mmask, tl.load(sorted_ptr + rm, mask=mmask, other=0), tl.load(sorted_ptr + m0)) // TOPK
+    else:
+        return tl.where(mmask, rm, m0)
+
+
+@triton.jit
+def _rows(j, N, PHASE: tl.constexpr):
+    """Weight rows of output columns j: (gate 2j, linear 2j + 1) for mlp1, (j, j) for mlp2; clamped to N."""
+    if PHASE == 1:
+        return tl.minimum(2 * j, N - 2), tl.minimum(2 * j + 1, N - 1)
+    else:
+        c = tl.minimum(j, N - 1)
+        return c, c
+
+
+@triton.jit
+def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
+              limit, act_scale, SMAX, PHASE: tl.constexpr):
+    """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
+    act[rm, word-major position of j] (row width OUTW); mlp2: (acc_a + b2) * gate weight as bf16 y[rm, j]."""
+    mmask = rm < end
+    slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
+    wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+    if PHASE == 1:
+        half = N // 2
+        jc = tl.minimum(j, half - 1)
+        sc = (tl.load(xs_ptr + slots // TOPK) * wscale)[None, :]
+        g = acc_a * sc + tl.load(b_ptr + e * N + 2 * jc).to(tl.float32)[:, None]
+        lin = acc_b * sc + tl.load(b_ptr + e * N + 2 * jc + 1).to(tl.float32)[:, None]
+        g = tl.minimum(g, limit)
+        lin = tl.minimum(tl.maximum(lin, -limit), limit)
+        a = g * tl.sigmoid(alpha * g) * (lin + 1.0)
+        q = j % 8  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7 (x_to_f16's word-major order)
+        pos = j - q + tl.where(q < 4, 2 * q, 2 * q - 7)
+        tl.store(out_ptr + rm[None, :].to(tl.int64) * OUTW + pos[:, None], (a * act_scale).to(tl.float16),
+                 mask=mmask[None, :] & (j < half)[:, None])
+    else:
+        y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
+        gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
+        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * gate[None, :]).to(tl.bfloat16),
+                 mask=mmask[None, :] & (j < N)[:, None])
+
+
+@triton.jit
+def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                  OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, LOG_E: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
+    """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue."""
+    tile = tl.program_id(0)
+    if tile < tl.load(tiles_ptr + E):
+        e, m0, end = _tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+        KW = K // 8
+        KB = K // 32
+        j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ra, rb = _rows(j, N, PHASE)
+        cc = tl.arange(0, CHUNKS)
+        t = tl.arange(0, 4)
+        word = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]
+        block = (cc * 4)[None, :, None] + t[None, None, :]
+        w_e = w_ptr + e.to(tl.int64) * N * KW
+        s_e = s_ptr + e.to(tl.int64) * N * KB
+        rm = m0 + tl.arange(0, BLOCK_M)
+        src = _source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+        xpos = (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None] + tl.arange(0, 32)[None, None, None, :]
+        xofs = (src.to(tl.int64) * KP)[:, None, None, None] + xpos
+        acc_a = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+        acc_b = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+        STEP: tl.constexpr = CHUNKS * 16  # weight words per row and step
+        for c in range(0, tl.cdiv(KW, STEP)):
+            wm = c * STEP + word < KW
+            sm = c * (STEP // 4) + block < KB
+            xb = _x_chunks(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0))
+            va = tl.load(w_e + (ra * KW)[:, None, None, None] + word + c * STEP, mask=wm, other=0)
+            sa = tl.load(s_e + (ra * KB)[:, None, None] + block + c * (STEP // 4), mask=sm, other=0)
+            acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sa, SMAX)[:, :, :, None]), xb,
+                           acc_a)
+            if PHASE == 1:
+                vb = tl.load(w_e + (rb * KW)[:, None, None, None] + word + c * STEP, mask=wm, other=0)
+                sb = tl.load(s_e + (rb * KB)[:, None, None] + block + c * (STEP // 4), mask=sm, other=0)
+                acc_b = tc_dot(_decode_chunks(vb.to(tl.uint32, bitcast=True), _scale_mult(sb, SMAX)[:, :, :, None]),
+                               xb, acc_b)
+        _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
+                  limit, act_scale, SMAX, PHASE)
+
+
+if gluon is not None:
+    _g_tile_rows = gluon.jit(_tile_rows.fn)
+    _g_source = gluon.jit(_source.fn)
+    _g_rows = gluon.jit(_rows.fn)
+    _g_epilogue = gluon.jit(_epilogue.fn)
+
+    @gluon.jit
+    def _g_load(w_e, s_e, wofs, sofs, group, block, c, KW, KB, STEP: gl.constexpr, MASKED: gl.constexpr):
+        """Words and scale bytes of K step c (MASKED: the K tail, words past K read zeros)."""
+        if MASKED:
+            v = gl.load(w_e + wofs + c * STEP, mask=c * STEP + group < KW, other=0)
+            s = gl.load(s_e + sofs + c * (STEP // 4), mask=c * (STEP // 4) + block < KB, other=0)
+        else:
+            v = gl.load(w_e + wofs + c * STEP)
+            s = gl.load(s_e + sofs + c * (STEP // 4))
+        return v, s
+
+    @gluon.jit
+    def _moe_mma_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: gl.constexpr,
+                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                        PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr):
+        """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
+        tile = gl.program_id(0)
+        if tile < gl.load(tiles_ptr + E):
+            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+            KW = K // 8
+            KB = K // 32
+            LS: gl.constexpr = gl.SliceLayout(3, LW)
+            LC: gl.constexpr = gl.SliceLayout(2, LS)
+            ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
+                             PHASE)
+            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+            group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
+            word = group + i[None, None, None, :]
+            block = (cc * 4)[None, :, None] + t[None, None, :]
+            w_e = w_ptr + e.to(gl.int64) * N * KW
+            s_e = s_ptr + e.to(gl.int64) * N * KB
+            wa = gl.multiple_of(ra * KW, 4)[:, None, None, None] + word  # K % 32 == 0: 16-byte aligned rows
+            sa = (ra * KB)[:, None, None] + block
+            wb = gl.multiple_of(rb * KW, 4)[:, None, None, None] + word
+            sb = (rb * KB)[:, None, None] + block
+            LXC: gl.constexpr = gl.SliceLayout(3, LX)
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
+            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+            xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
+            xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
+            xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LX))))
+            xpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
+            xofs = (src.to(gl.int64) * KP)[:, None, None, None] + xpos
+            A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+            B_L: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
+            acc_a = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            acc_b = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            STEP: gl.constexpr = CHUNKS * 16
+            full = KW // STEP
+            if PREFETCH:  # register double buffer: step c + 1's words are in flight while step c is decoded
+                va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, 0, gl.minimum(full, 1) * STEP, KB, STEP, True)
+                if PHASE == 1:
+                    vb_n, sb_n = _g_load(w_e, s_e, wb, sb, group, block, 0, gl.minimum(full, 1) * STEP, KB, STEP,
+                                         True)
+            for c in range(0, full):
+                if PREFETCH:
+                    va, sva = va_n, sa_n
+                    lim = (c + 1 + gl.minimum(full - 1 - c, 1)) * STEP  # past the last full step: nothing
+                    va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, c + 1, lim, KB, STEP, True)
+                    if PHASE == 1:
+                        vb, svb = vb_n, sb_n
+                        vb_n, sb_n = _g_load(w_e, s_e, wb, sb, group, block, c + 1, lim, KB, STEP, True)
+                else:
+                    va, sva = _g_load(w_e, s_e, wa, sa, group, block, c, KW, KB, STEP, False)
+                    if PHASE == 1:
+                        vb, svb = _g_load(w_e, s_e, wb, sb, group, block, c, KW, KB, STEP, False)
+                xq = gl.load(x_ptr + xofs + c * (STEP * 8))
+                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
+                if PHASE == 1:
+                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
+            if full * STEP < KW:  # the K tail: words and x past K read zeros
+                xq = gl.load(x_ptr + xofs + full * (STEP * 8), mask=full * (STEP * 8) + xpos < K, other=0.0)
+                va, sva = _g_load(w_e, s_e, wa, sa, group, block, full, KW, KB, STEP, True)
+                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
+                if PHASE == 1:
+                    vb, svb = _g_load(w_e, s_e, wb, sb, group, block, full, KW, KB, STEP, True)
+                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
+            j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+            _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
+                        alpha, limit, act_scale, SMAX, PHASE)
+
+
+def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
+    E, N, K = p.shape
+    S = r.sorted.numel()
+    BM = cfg["BLOCK_M"]
+    BN = 16 * cfg["ROWS"] * cfg["num_warps"]
+    cols = N // 2 if phase == 1 else N
+    grid = (triton.cdiv(S, BM) + min(E, S), triton.cdiv(cols, BN))  # >= sum over experts of ceil(c / BM)
+    args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
+            out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E)
+    meta = dict(PHASE=phase, LOG_E=max(1, math.ceil(math.log2(E))), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"])
+    if INTERPRETED or gluon is None:
+        _moe_mma_twin[grid](*args, **meta)
+    else:
+        LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+        _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
+                              num_warps=cfg["num_warps"])
+
+
+def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
+                PREFETCH=False, num_warps=4):
+    """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
+    weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
+    columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. x16 (plane-major) is not used."""
+    T, H = x.shape
+    S = r.sorted.numel()
+    I = p1.shape[1] // 2
+    act = torch.empty((S, I), device=x.device, dtype=torch.float16)
+    y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
+    if S == 0:
+        return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
+    cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps)
+    scale = act16_scale(limit)
+    xq, xs = x_to_f16(x)
+    tiles = _tile_offsets(r, BLOCK_M)
+    _launch(1, xq, xs, r, p1, b1, act, I, alpha, limit, scale, tiles, cfg)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
+    slots = MoESlots(y, r.inverse, r.top_k)
+    return slots.combine() if combine else slots
+
+
+def _rule_registers(cfg, problem):
+    """Per thread mlp1 keeps 2 * BLOCK_M * CHUNKS x registers, ROWS * BLOCK_M accumulators (two tiles) and
+    16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
+    Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
+    and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not."""
+    bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
+    x = 2 * bm * c
+    regs = x + rows * bm + 16 * rows * c * (3 if cfg["PREFETCH"] else 1)
+    if x > 64 or regs > 210:
+        return f"~{regs} data registers per thread, {x} of them x (limits 210 and 64: larger builds spill)"
+    return None
+
+
+register(Variant(
+    name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
+    space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
+           "num_warps": (1, 2, 4)},
+    defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4},
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_scale_span),
+    description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
+                "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",
+))
