@@ -201,21 +201,36 @@ def cmd_batch(args) -> int:
 
 
 def cmd_once(args) -> int:
-    """Run one linear variant config a few times on random weights: the workload to put under ncu."""
+    """Run one variant config a few times on random weights: the workload to put under ncu. A MoE variant
+    runs one layer of --model's shape with --m tokens under --routing."""
     import torch
 
-    from kernels import mxfp4_linear
+    import kernels
 
     from .bench import device, random_mxfp4
 
-    w = random_mxfp4(args.n, args.k, seed=0)
-    x = torch.randn(args.m, args.k, device=device()).to(torch.bfloat16)
     cfg = _parse_config(args.config)
+    if args.variant in kernels.VARIANTS and kernels.VARIANTS[args.variant].op == "moe":
+        from .bench_moe import MODELS, _layer
+        from .routing import generate
+
+        E, top_k, H, I = MODELS[args.model]
+        layer = _layer(E, H, I, seed=0, dev=device())
+        sample = generate(args.routing, args.m, E, top_k, seed=0)
+        r = kernels.Routing.from_ids(sample.ids.to(device()), sample.weights.to(device()), E)
+        x = torch.randn(args.m, H, device=device()).to(torch.bfloat16)
+        run = lambda: kernels.moe_mxfp4(x, r, *layer, variant=args.variant, **cfg)  # noqa: E731
+        what = f"{args.model} T={args.m} {args.routing}"
+    else:
+        w = random_mxfp4(args.n, args.k, seed=0)
+        x = torch.randn(args.m, args.k, device=device()).to(torch.bfloat16)
+        run = lambda: kernels.mxfp4_linear(x, w, variant=args.variant, **cfg)  # noqa: E731
+        what = f"m={args.m} n={args.n} k={args.k}"
     for _ in range(1 + args.repeat):
-        y = mxfp4_linear(x, w, variant=args.variant, **cfg)
+        y = run()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    print(f"{args.variant} m={args.m} n={args.n} k={args.k} {cfg}: ran {1 + args.repeat} times, out {tuple(y.shape)}")
+    print(f"{args.variant} {what} {cfg}: ran {1 + args.repeat} times, out {tuple(y.shape)}")
     return 0
 def cmd_model_profile(args) -> int:
     """Decode profile of a GPT-OSS model: load, prefill, TTFT, tok/s, breakdown; stored as a run."""
@@ -372,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--n", type=int, default=201088)
     p.add_argument("--k", type=int, default=2880)
+    p.add_argument("--model", default="gpt-oss-120b", help="MoE variants: the layer shape (gpt-oss-120b, "
+                   "gpt-oss-20b, tiny)")
+    p.add_argument("--routing", default="uniform", help="MoE variants: routing generator, e.g. zipf(1.2)")
     p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
     p.add_argument("--repeat", type=int, default=2, help="calls after the first (warm-up) one")
     p.set_defaults(func=cmd_once)

@@ -125,3 +125,14 @@ def test_compare_runs_and_sql_commands(tmp_path, capsys):
     assert "cublas_bf16" in out and "vs_baseline" in out and "lm_head" in out
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["once", "gemv_h2g", "--m", "2", "--n", "48", "--k", "64", "--repeat", "0"], "m=2 n=48 k=64"),
+    (["once", "moe_mma", "--model", "tiny", "--m", "5", "--routing", "zipf(1.2)", "--config", "BLOCK_M=8",
+      "--repeat", "0"], "tiny T=5 zipf(1.2) {'BLOCK_M': 8}: ran 1 times, out (5, 64)"),
+])
+def test_once_runs_linear_and_moe_variants(argv, expect, capsys):
+    """`labkit once` (the ncu workload) runs a linear config on its shape and a MoE config on a model's layer."""
+    assert main(argv) == 0
+    assert expect in capsys.readouterr().out
