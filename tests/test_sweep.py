@@ -124,3 +124,16 @@ def test_a_list_of_grids_gives_their_union():
     grids = [{"BLOCK_M": [1, 2], "BLOCK_N": [16]}, {"BLOCK_M": 2, "BLOCK_N": 16}, {"BLOCK_M": 4, "BLOCK_N": 32}]
     got = [(c["BLOCK_M"], c["BLOCK_N"]) for c in variant_configs("moe_h2", grids, moe)]
     assert got == [(1, 16), (2, 16), (4, 32)]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in __import__("labkit.sweep", fromlist=["SPECS_DIR"]).SPECS_DIR
+                                        .glob("*.yaml")))
+def test_every_shipped_spec_expands(name):
+    """Each shipped spec parses and expands to points at GPU and CPU sizes (a routing name broken by YAML's
+    comma splitting, an unknown parameter or a grid the rules empty out fails here, not on the device)."""
+    from labkit.sweep import expand_moe, load_spec
+
+    spec = load_spec(name)
+    expand = expand_moe if spec["op"] == "moe" else expand_linear
+    for on_gpu in (True, False):
+        assert expand(spec, on_gpu) or spec.get("route"), (name, on_gpu)  # a route spec times route alone
