@@ -23,6 +23,8 @@ Variants (VARIANTS, kind "moe"):
   moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
             of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
             registers as the MMA's M side. Exact for scale bytes 14..240.
+  moe_mma   (kernels/moe_mma.py) moe_tc's grid with gemv_mma's K loop: mma.sync on weights decoded in the MMA's
+            operand registers, no shared memory; the best from ~2 to ~64 tokens per expert.
 """
 
 from __future__ import annotations
