@@ -249,15 +249,18 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         _moe_mma_twin[grid](*args, **meta)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+        extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
         _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
-                              num_warps=cfg["num_warps"])
+                              num_warps=cfg["num_warps"], **extra)
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4):
+                PREFETCH=False, num_warps=4, MAXNREG=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
-    columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. x16 (plane-major) is not used."""
+    columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
+    thread (ptxas spills past it): more resident warps for a loop that waits on its loads. x16 (plane-major)
+    is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -265,7 +268,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
-    cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps)
+    cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x)
     tiles = _tile_offsets(r, BLOCK_M)
@@ -291,8 +294,8 @@ def _rule_registers(cfg, problem):
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4)},
-    defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4},
+           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168)},
+    defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",

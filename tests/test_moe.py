@@ -204,6 +204,7 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 1},
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": True, "num_warps": 4},
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 4, "PREFETCH": False, "num_warps": 2, "MAXNREG": 96},  # spills on sm_90
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail;
