@@ -45,6 +45,7 @@ from .variants import (
     rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
+    rule_scale_span,
     rule_scale_window,
     rule_shared_memory,
 )
@@ -381,20 +382,13 @@ register(Variant(
 ))
 
 
-def _rule_scale_span(cfg, problem):
-    smin, smax = problem.get("scale_min"), problem.get("scale_max")
-    if smin is not None and smax - smin > 24:
-        return f"weight scale bytes {smin}..{smax} span more than the 24 binades fp16 weights hold exactly"
-    return None
-
-
 register(Variant(
     name="gemv_tc16", kind="gemv", op="linear", fn=run_tc16,
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "GROUP_M": (1, 8),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
-           _rule_scale_span),
+           rule_scale_span),
     description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
 ))
 
@@ -418,7 +412,7 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, _rule_scale_span),
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory)",
 ))
 register(Variant(

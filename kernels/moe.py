@@ -59,6 +59,22 @@ from .variants import (
 
 
 @triton.jit
+def swiglu(g, lin, alpha, limit):
+    """GPT-OSS SwiGLU of gate g and linear lin (fp32): the gate clamped above at limit, lin to +-limit, +1."""
+    g = tl.minimum(g, limit)
+    lin = tl.minimum(tl.maximum(lin, -limit), limit)
+    return g * tl.sigmoid(alpha * g) * (lin + 1.0)
+
+
+@triton.jit
+def word_major_pos(i):
+    """Position of element i in x_to_f16's word-major order: element q of a group of 8 sits at 2q (q < 4) or
+    2q - 7."""
+    q = i % 8
+    return i - q + tl.where(q < 4, 2 * q, 2 * q - 7)
+
+
+@triton.jit
 def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
               PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0):
     """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
@@ -71,9 +87,7 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
     acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if PHASE == 1:
         g, lin = tl.split(tl.reshape(acc, (acc.shape[0], BLOCK_N // 2, 2)))
-        g = tl.minimum(g, limit)
-        lin = tl.minimum(tl.maximum(lin, -limit), limit)
-        a = g * tl.sigmoid(alpha * g) * (lin + 1.0)
+        a = swiglu(g, lin, alpha, limit)
         ri = rn // 2
         ri = tl.reshape(ri, (BLOCK_N // 2, 2))
         ri, _ = tl.split(ri)
@@ -84,8 +98,8 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
             if PLANE > 0:  # element 8w + q: plane q % 4, word w, high half when q >= 4
                 pos = (q % 4) * (2 * PLANE) + (ri // 8) * 2 + q // 4
                 width = 8 * PLANE
-            else:  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7
-                pos = ri - q + tl.where(q < 4, 2 * q, 2 * q - 7)
+            else:
+                pos = word_major_pos(ri)
                 width = half
             tl.store(out_ptr + rm[:, None] * width + pos[None, :], (a * act_scale).to(tl.float16), mask=amask)
         else:
@@ -310,24 +324,28 @@ def act16_scale(limit: float) -> float:
 
 
 @triton.jit
+def tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(expert, first sorted position, end of the expert's positions) of token tile `tile` (tiles from
+    tile_offsets): the expert is the largest e with tiles[e] <= tile (empty experts share their neighbour's
+    offset)."""
+    lo = 0
+    hi = E
+    for _ in tl.static_range(LOG_E):
+        mid = (lo + hi) // 2
+        go = tl.load(tiles_ptr + mid) <= tile
+        lo = tl.where(go, mid, lo)
+        hi = tl.where(go, hi, mid)
+    m0 = tl.load(offs_ptr + lo) + (tile - tl.load(tiles_ptr + lo)) * BLOCK_M
+    return lo, m0, tl.load(offs_ptr + lo + 1)
+
+
+@triton.jit
 def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
                    alpha, limit, E, PHASE: tl.constexpr, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     tile = tl.program_id(0)
-    total = tl.load(tiles_ptr + E)
-    if tile < total:  # the grid is sized for the worst case; spare programs exit
-        # expert owning this tile: the largest e with tiles[e] <= tile (empty experts share their neighbour's offset)
-        lo = 0
-        hi = E
-        for _ in tl.static_range(LOG_E):
-            mid = (lo + hi) // 2
-            go = tl.load(tiles_ptr + mid) <= tile
-            lo = tl.where(go, mid, lo)
-            hi = tl.where(go, hi, mid)
-        e = lo
-        start = tl.load(offs_ptr + e)
-        end = tl.load(offs_ptr + e + 1)
-        m0 = start + (tile - tl.load(tiles_ptr + e)) * BLOCK_M
+    if tile < tl.load(tiles_ptr + E):  # the grid is sized for the worst case; spare programs exit
+        e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
         rm = m0 + tl.arange(0, BLOCK_M)
         mmask = rm < end
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
@@ -428,16 +446,26 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
     E, N, K = p.shape
-    S = r.sorted.numel()
     BM = cfg["BLOCK_M"]
-    grid = (triton.cdiv(S, BM) + min(E, S), triton.cdiv(N, cfg["BLOCK_N"]))  # >= sum over experts of ceil(c/BM)
+    grid = (tile_slots(r, BM), triton.cdiv(N, cfg["BLOCK_N"]))
     _moe_tc_kernel[grid](src, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
-                         float(alpha), float(limit), E, PHASE=phase, LOG_E=max(1, math.ceil(math.log2(E))),
-                         BLOCK_M=BM, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                         float(alpha), float(limit), E, PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM,
+                         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
                          num_stages=cfg.get("num_stages", 3))
 
 
-def _tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
+def tile_slots(r: Routing, block_m: int) -> int:
+    """Grid size over token tiles: at least the sum over experts of ceil(count / BLOCK_M), whatever the routing."""
+    S = r.sorted.numel()
+    return triton.cdiv(S, block_m) + min(r.num_experts, S)
+
+
+def log_experts(E: int) -> int:
+    """Steps of tile_rows' binary search over E experts."""
+    return max(1, math.ceil(math.log2(E)))
+
+
+def tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
     """[E + 1] cumulative count of BLOCK_M-token tiles per expert (device side, no sync)."""
     tiles = torch.zeros(r.num_experts + 1, dtype=torch.int32, device=r.counts.device)
     tiles[1:] = torch.cumsum((r.counts + (block_m - 1)) // block_m, 0)
@@ -477,7 +505,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
     else:
-        tiles = _tile_offsets(r, cfg["BLOCK_M"])
+        tiles = tile_offsets(r, cfg["BLOCK_M"])
         _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
         _launch_tc(2, act, r, p2, b2, y, alpha, limit, cfg, tiles)
     slots = MoESlots(y, r.inverse, r.top_k)

@@ -19,37 +19,19 @@ most 24 binades), fp16 activations rescaled per token (mlp1) or by act16_scale (
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ._triton import INTERPRETED, tl, triton
 from .decode import tc_dot
-from .linear import _rule_scale_span
 from .linear_f16 import x_to_f16
 from .linear_mma import _decode_chunks, _scale_mult, _x_chunks, gluon, mma_layouts
-from .moe import MoESlots, _tile_offsets, act16_scale
-from .variants import Variant, register, rule_pow2
+from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
+from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
     from triton.experimental.gluon import language as gl
 
     from .linear_mma import _g_step
-
-
-@triton.jit
-def _tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr):
-    """(expert, first sorted position, end of the expert's positions) of token tile `tile`: the expert is the
-    largest e with tiles[e] <= tile (empty experts share their neighbour's offset)."""
-    lo = 0
-    hi = E
-    for _ in tl.static_range(LOG_E):
-        mid = (lo + hi) // 2
-        go = tl.load(tiles_ptr + mid) <= tile
-        lo = tl.where(go, mid, lo)
-        hi = tl.where(go, hi, mid)
-    m0 = tl.load(offs_ptr + lo) + (tile - tl.load(tiles_ptr + lo)) * BLOCK_M
-    return lo, m0, tl.load(offs_ptr + lo + 1)
 
 
 @triton.jit
@@ -87,12 +69,8 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
         sc = (tl.load(xs_ptr + slots // TOPK) * wscale)[None, :]
         g = acc_a * sc + tl.load(b_ptr + e * N + 2 * jc).to(tl.float32)[:, None]
         lin = acc_b * sc + tl.load(b_ptr + e * N + 2 * jc + 1).to(tl.float32)[:, None]
-        g = tl.minimum(g, limit)
-        lin = tl.minimum(tl.maximum(lin, -limit), limit)
-        a = g * tl.sigmoid(alpha * g) * (lin + 1.0)
-        q = j % 8  # element q of a group of 8 sits at position 2q (q < 4) or 2q - 7 (x_to_f16's word-major order)
-        pos = j - q + tl.where(q < 4, 2 * q, 2 * q - 7)
-        tl.store(out_ptr + rm[None, :].to(tl.int64) * OUTW + pos[:, None], (a * act_scale).to(tl.float16),
+        a = swiglu(g, lin, alpha, limit)
+        tl.store(out_ptr + rm[None, :].to(tl.int64) * OUTW + word_major_pos(j)[:, None], (a * act_scale).to(tl.float16),
                  mask=mmask[None, :] & (j < half)[:, None])
     else:
         y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
@@ -108,7 +86,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue."""
     tile = tl.program_id(0)
     if tile < tl.load(tiles_ptr + E):
-        e, m0, end = _tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+        e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
         KW = K // 8
         KB = K // 32
         j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -144,7 +122,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
 
 
 if gluon is not None:
-    _g_tile_rows = gluon.jit(_tile_rows.fn)
+    _g_tile_rows = gluon.jit(tile_rows.fn)
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
@@ -237,14 +215,12 @@ if gluon is not None:
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
     E, N, K = p.shape
-    S = r.sorted.numel()
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
-    cols = N // 2 if phase == 1 else N
-    grid = (triton.cdiv(S, BM) + min(E, S), triton.cdiv(cols, BN))  # >= sum over experts of ceil(c / BM)
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, BN))
     args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
             out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E)
-    meta = dict(PHASE=phase, LOG_E=max(1, math.ceil(math.log2(E))), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"])
+    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta)
     else:
@@ -271,7 +247,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x)
-    tiles = _tile_offsets(r, BLOCK_M)
+    tiles = tile_offsets(r, BLOCK_M)
     _launch(1, xq, xs, r, p1, b1, act, I, alpha, limit, scale, tiles, cfg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -296,7 +272,7 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_scale_span),
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",
 ))

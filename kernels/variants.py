@@ -127,6 +127,14 @@ def rule_scale_window(lo: int, hi: int):
     return rule
 
 
+def rule_scale_span(cfg, problem):
+    """fp16 weights E2M1 * 2^(s - SMAX + 1) are exact only while the weight's scale bytes span <= 24 binades."""
+    smin, smax = problem.get("scale_min"), problem.get("scale_max")
+    if smin is not None and smax - smin > 24:
+        return f"weight scale bytes {smin}..{smax} span more than the 24 binades fp16 weights hold exactly"
+    return None
+
+
 def rule_dot_k(cfg, problem):
     """The tensor-core decodes need at least 8 weight words per row and K tile."""
     if cfg["BLOCK_K"] < 64:
