@@ -211,6 +211,37 @@ def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return LW, LX, MMA
 
 
+@functools.cache
+def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
+    """(weight slot, x slot, x copy layout) of a config's cp.async ring in shared memory (a ring of STAGES
+    slots is allocated as [STAGES, *slot shape] with the slot's layout).
+
+    Weight words [BLOCK_N, CHUNKS, 4 (t), 4 (i)] are stored so that the 32 lanes' 16-byte reads of one
+    register of the word layout (mma_layouts) are 512 contiguous bytes: i, t, rows 1-8, chunks, rows 16+.
+    Each thread copies exactly the words it reads later. x [BLOCK_M, CHUNKS, 4 (t), 32]: 16-byte pieces, then
+    t, then tokens 1-4, then the rest of the lane's 64 bytes, so one register of the x layout is again 512
+    contiguous bytes for the warp; the whole program copies each step's x once (16 bytes per thread and copy)
+    and every warp reads it.
+    """
+    BLOCK_N = 16 * ROWS * num_warps
+    w = ([[0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 1, 0], [0, 0, 2, 0]] + [[1 << j, 0, 0, 0] for j in range(4)]
+         + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+         + [[16 << j, 0, 0, 0] for j in range(_log2(BLOCK_N // 16))])
+    x = ([[0, 0, 0, 1 << j] for j in range(3)] + [[0, 0, 1, 0], [0, 0, 2, 0]] + [[1 << j, 0, 0, 0] for j in range(3)]
+         + [[0, 0, 0, 8], [0, 0, 0, 16]] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+         + [[8 << j, 0, 0, 0] for j in range(_log2(BLOCK_M // 8))])
+    # copy: 8 fp16 per register group, lanes over t and tokens 1-4 (conflict-free stores), warps then registers
+    # over the rest; warps beyond the tile repeat a copy (broadcast)
+    rest = ([[0, 0, 0, 8], [0, 0, 0, 16]] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+            + [[8 << j, 0, 0, 0] for j in range(_log2(BLOCK_M // 8))])
+    nw = _log2(num_warps)
+    warp = (rest + [[0, 0, 0, 0]] * nw)[:nw]
+    reg = [[0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 4]] + rest[nw:]
+    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]
+    copy = gl.DistributedLinearLayout(reg, lane, warp, [], [BLOCK_M, CHUNKS, 4, 32])
+    return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
+
+
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps

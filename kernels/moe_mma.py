@@ -30,8 +30,9 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-    from .linear_mma import _g_step
+    from .linear_mma import _g_step, ring_layouts
 
 
 @triton.jit
@@ -213,6 +214,96 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE)
 
 
+    @gluon.jit
+    def _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, c, KW, K, STEP: gl.constexpr,
+                 STAGES: gl.constexpr, PHASE: gl.constexpr):
+        """Start the cp.async copies of K step c into its ring slot and commit them as one group; words and x
+        past K (the tail, and steps past the last) are zero-filled."""
+        slot = c % STAGES
+        wm = c * STEP + group < KW
+        async_copy.async_copy_global_to_shared(ws_a.index(slot), w_e + wa + c * STEP, mask=wm)
+        if PHASE == 1:
+            async_copy.async_copy_global_to_shared(ws_b.index(slot), w_e + wb + c * STEP, mask=wm)
+        async_copy.async_copy_global_to_shared(xs.index(slot), x_ptr + xcofs + c * (STEP * 8),
+                                               mask=c * (STEP * 8) + xcpos < K)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _moe_ring_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+                         K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: gl.constexpr,
+                         LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                         STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr,
+                         SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr):
+        """moe_mma's K loop with the weight words and x of the next STAGES - 1 steps in flight as cp.async
+        copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
+        in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
+        tile = gl.program_id(0)
+        if tile < gl.load(tiles_ptr + E):
+            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+            KW = K // 8
+            KB = K // 32
+            LS: gl.constexpr = gl.SliceLayout(3, LW)
+            LC: gl.constexpr = gl.SliceLayout(2, LS)
+            ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
+                             PHASE)
+            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+            group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
+            block = (cc * 4)[None, :, None] + t[None, None, :]
+            w_e = w_ptr + e.to(gl.int64) * N * KW
+            s_e = s_ptr + e.to(gl.int64) * N * KB
+            wa = gl.multiple_of(ra * KW, 4)[:, None, None, None] + group + i[None, None, None, :]
+            wb = gl.multiple_of(rb * KW, 4)[:, None, None, None] + group + i[None, None, None, :]
+            sa = (ra * KB)[:, None, None] + block
+            sb = (rb * KB)[:, None, None] + block
+            LXC: gl.constexpr = gl.SliceLayout(3, LXCP)
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
+            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+            xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
+            xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
+            xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LXCP))))
+            xcpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
+            xcofs = gl.multiple_of(src.to(gl.int64) * KP, 8)[:, None, None, None] + xcpos
+            ws_a = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+            ws_b = ws_a
+            if PHASE == 1:
+                ws_b = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+            xs = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, CHUNKS, 4, 32], SX)
+            A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+            B_L: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
+            acc_a = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            acc_b = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            STEP: gl.constexpr = CHUNKS * 16
+            steps = gl.cdiv(KW, STEP)
+            for q in gl.static_range(STAGES - 1):
+                _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, q, KW, K, STEP, STAGES, PHASE)
+            sva_n = gl.load(s_e + sa, mask=block < KB, other=0)
+            svb_n = sva_n
+            if PHASE == 1:
+                svb_n = gl.load(s_e + sb, mask=block < KB, other=0)
+            for c in range(0, steps):
+                sva = sva_n
+                svb = svb_n
+                nb = (c + 1) * (STEP // 4)
+                sva_n = gl.load(s_e + sa + nb, mask=nb + block < KB, other=0)
+                if PHASE == 1:
+                    svb_n = gl.load(s_e + sb + nb, mask=nb + block < KB, other=0)
+                async_copy.wait_group(STAGES - 2)
+                gl.thread_barrier()  # step c's copies (every thread's) landed; step c - 1's slot is free
+                _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, c + STAGES - 1, KW, K, STEP,
+                         STAGES, PHASE)
+                slot = c % STAGES
+                xq = xs.index(slot).load(LX)
+                acc_a = _g_step(acc_a, ws_a.index(slot).load(LW), sva, xq, SMAX, A_L, B_L)
+                if PHASE == 1:
+                    acc_b = _g_step(acc_b, ws_b.index(slot).load(LW), svb, xq, SMAX, A_L, B_L)
+            async_copy.wait_group(0)
+            j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+            _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
+                        alpha, limit, act_scale, SMAX, PHASE)
+
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
@@ -226,17 +317,24 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
-        _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
-                              num_warps=cfg["num_warps"], **extra)
+        if cfg.get("STAGES"):
+            SW, SX, LXCP = ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+            _moe_ring_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA, SW=SW, SX=SX,
+                                   LXCP=LXCP, num_warps=cfg["num_warps"], **extra)
+        else:
+            _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
+                                  num_warps=cfg["num_warps"], **extra)
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
-    thread (ptxas spills past it): more resident warps for a loop that waits on its loads. x16 (plane-major)
-    is not used."""
+    thread (ptxas spills past it): more resident warps for a loop that waits on its loads. STAGES > 0 keeps
+    the next STAGES - 1 steps' weights and x in flight as cp.async copies into shared memory instead of in
+    registers (the compiled kernel only; the interpreter runs the same arithmetic). x16 (plane-major) is not
+    used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -244,7 +342,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
-    cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG)
+    cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
+               STAGES=STAGES)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x)
     tiles = tile_offsets(r, BLOCK_M)
@@ -267,12 +366,33 @@ def _rule_registers(cfg, problem):
     return None
 
 
+SHARED_BYTES = 227 * 1024  # the most shared memory one sm_90 program may use
+
+
+def _rule_ring(cfg, problem):
+    """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
+    tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes)."""
+    stages = cfg.get("STAGES") or 0
+    if not stages:
+        return None
+    if stages < 2:
+        return f"STAGES={stages}: a ring needs at least 2 slots (0 turns it off)"
+    if cfg["PREFETCH"]:
+        return "PREFETCH (register double buffer) and STAGES (shared-memory ring) exclude each other"
+    block_n = 16 * cfg["ROWS"] * cfg["num_warps"]
+    need = stages * cfg["CHUNKS"] * (2 * block_n * 64 + cfg["BLOCK_M"] * 256)
+    if need > SHARED_BYTES:
+        return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
+    return None
+
+
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168)},
-    defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, rule_scale_span),
+           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6)},
+    defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
+              "STAGES": 0},
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",
 ))

@@ -205,11 +205,16 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": True, "num_warps": 4},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 4, "PREFETCH": False, "num_warps": 2, "MAXNREG": 96},  # spills on sm_90
+    # the shared-memory ring: more slots than mlp2's steps, a single warp copying all of x, two rows per warp
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "STAGES": 4},
+    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 1, "STAGES": 3},
+    {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 2, "PREFETCH": False, "num_warps": 2, "STAGES": 2},
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
-    """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail;
-    H=288 and I=160 give mlp1 2 or 1 full steps plus a 32-wide tail and mlp2 one step plus a tail. Columns
-    past a tile's end (I=160 is not a multiple of BLOCK_N) and experts with more tokens than BLOCK_M too."""
+    """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
+    or with STAGES streams every step through a ring of zero-filled cp.async copies; H=288 and I=160 give mlp1
+    2 or 1 full steps plus a 32-wide tail and mlp2 one step plus a tail. Columns past a tile's end (I=160 is
+    not a multiple of BLOCK_N) and experts with more tokens than BLOCK_M too."""
     e, h, i, k, t = 4, 288, 160, 2, 21
     g = torch.Generator().manual_seed(11)
     w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
@@ -231,3 +236,16 @@ def test_moe_mma_register_rule():
     for spilled in ({"BLOCK_M": 64, "CHUNKS": 1}, {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 2, "PREFETCH": True},
                     {"BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "PREFETCH": True}):
         assert "registers" in v.reason({**v.defaults, **spilled}, problem)
+
+
+def test_moe_mma_ring_rule():
+    """The shared-memory ring needs 2+ slots, excludes PREFETCH and must fit in an sm_90 program's 227 KiB."""
+    v = K.VARIANTS["moe_mma"]
+    problem = {"op": "moe", "m": 64, "tokens": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, "STAGES": 4}, problem) is None
+    assert "at least 2" in v.reason({**v.defaults, "STAGES": 1}, problem)
+    assert "exclude" in v.reason({**v.defaults, "STAGES": 2, "PREFETCH": True}, problem)
+    # CHUNKS=2: 6 slots of (2 * 128 rows * 128 B + 16 tokens * 512 B) = 240 KiB
+    big = {**v.defaults, "BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "STAGES": 6}
+    assert "shared memory" in v.reason({**big, "CHUNKS": 2, "BLOCK_M": 16}, problem)
+    assert v.reason({**big, "STAGES": 3}, problem) is None
