@@ -1,7 +1,16 @@
 """Access-pattern probe: read bandwidth of the lm_head weight (201088 rows of 1440 B) when each program streams
 ROWS rows in steps of CW words per row (the register/ring kernels' pattern: rows 1440 B apart) against the same
-bytes stored tile-contiguous (each step of a program one contiguous ROWS * CW * 4-byte block). Prints GB/s."""
+bytes stored tile-contiguous (each step of a program one contiguous ROWS * CW * 4-byte block). Prints GB/s
+(median of 20 launches, L2 flushed before each) and, given a folder, writes pattern.csv and meta.json there.
+
+call as: python3 .device/pattern.py [$OUT/pattern]
+"""
+import datetime
+import functools
+import json
+import os
 import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -27,6 +36,8 @@ def main():
     N, KW = 201088, 360
     w = torch.randint(-2**31, 2**31 - 1, (N * KW,), device="cuda", dtype=torch.int32)
     flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    lines = ["rows,bytes_per_row_step,num_stages,num_warps,rowwise_gbps,tiled_gbps"]
     print(f"{'rows':>5} {'bytes/row/step':>15} {'stages':>6} {'warps':>5} {'rowwise GB/s':>13} {'tiled GB/s':>11}")
     for rows, cw, stages, warps in [(128, 16, 1, 4), (128, 16, 3, 4), (128, 32, 1, 4), (128, 32, 3, 4),
                                     (64, 64, 1, 4), (64, 64, 3, 4), (32, 128, 3, 4), (64, 16, 3, 2),
@@ -37,9 +48,8 @@ def main():
         nbytes = progs * rows * steps * cw * 4
         res = []
         for tiled in (False, True):
-            def run():
-                _probe[(progs,)](w, out, KW, steps, ROWS=rows, CW=cw, TILED=tiled, num_stages=stages,
-                                 num_warps=warps)
+            run = functools.partial(_probe[(progs,)], w, out, KW, steps, ROWS=rows, CW=cw, TILED=tiled,
+                                    num_stages=stages, num_warps=warps)
             run()
             ts = []
             for _ in range(20):
@@ -53,6 +63,16 @@ def main():
             ts.sort()
             res.append(nbytes / (ts[len(ts) // 2] * 1e-3) / 1e9)
         print(f"{rows:5d} {cw * 4:15d} {stages:6d} {warps:5d} {res[0]:13.0f} {res[1]:11.0f}", flush=True)
+        lines.append(f"{rows},{cw * 4},{stages},{warps},{res[0]:.1f},{res[1]:.1f}")
+    if len(sys.argv) > 1:
+        dst = Path(sys.argv[1])
+        dst.mkdir(parents=True, exist_ok=True)
+        (dst / "pattern.csv").write_text("\n".join(lines) + "\n")
+        meta = {"started": started, "command": "python3 .device/pattern.py " + sys.argv[1],
+                "gpu": torch.cuda.get_device_name(), "git_commit": os.environ.get("LAB_GIT_COMMIT", "unknown"),
+                "torch": torch.__version__, "triton": triton.__version__,
+                "contents": "pattern.csv: read GB/s of the lm_head weight, row-strided vs tile-contiguous steps"}
+        (dst / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
 if __name__ == "__main__":

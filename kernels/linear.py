@@ -410,8 +410,9 @@ def _rule_mma_registers(cfg, problem):
 register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4, 8)},
-    defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4},
+           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168)},
+    defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
+              "MAXNREG": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory)",
 ))

@@ -32,6 +32,7 @@ import torch
 from ._triton import INTERPRETED, tl, triton
 from .decode import e2m1_pairs, tc_dot
 from .linear_f16 import hmul2, split_h2, x_to_f16
+from .prepare import tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -88,8 +89,28 @@ def _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIA
 
 
 @triton.jit
+def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr):
+    """Offsets of K step 0's words [rows, chunks, lanes t, i] and scale bytes [rows, chunks, t]: row-major
+    (rows KW words apart) or tile_mxfp4's chunk-major layout (16-row groups, 128-K chunks of 16 x 16 words)."""
+    if TILED:
+        kc = (KW + 15) // 16
+        wrow = tl.multiple_of((rows // 16) * (kc * 256) + (rows % 16) * 16, 16)
+        srow = (rows // 16) * (kc * 64) + (rows % 16) * 4
+        wc = cc * 256
+        sc = cc * 64
+    else:
+        wrow = tl.multiple_of(rows * KW, 4)  # K % 32 == 0: 16-byte aligned rows
+        srow = rows * (KW // 4)
+        wc = cc * 16
+        sc = cc * 4
+    w = wrow[:, None, None, None] + wc[None, :, None, None] + (t * 4)[None, None, :, None] + i[None, None, None, :]
+    return w, srow[:, None, None] + sc[None, :, None] + t[None, None, :]
+
+
+@triton.jit
 def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
-                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
+                     TILED: tl.constexpr):
     """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -100,15 +121,16 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
     t = tl.arange(0, 4)
     word = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]
     block = (cc * 4)[None, :, None] + t[None, None, :]
-    wofs = (rows * KW)[:, None, None, None] + word
-    sofs = (rows * KB)[:, None, None] + block
+    wofs, sofs = _tile_offsets(rows, cc, t, tl.arange(0, 4), KW, TILED)
+    WSTEP: tl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
+    SSTEP: tl.constexpr = CHUNKS * (64 if TILED else 4)
     tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M - 1)
     xofs = ((tok * KP)[:, None, None, None] + (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None]
             + tl.arange(0, 32)[None, None, None, :])
     acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
     for c in range(0, tl.cdiv(K, CHUNKS * 128)):
-        v = tl.load(w_ptr + wofs + c * CHUNKS * 16, mask=c * CHUNKS * 16 + word < KW, other=0)
-        s = tl.load(s_ptr + sofs + c * CHUNKS * 4, mask=c * CHUNKS * 4 + block < KB, other=0)
+        v = tl.load(w_ptr + wofs + c * WSTEP, mask=c * CHUNKS * 16 + word < KW, other=0)
+        s = tl.load(s_ptr + sofs + c * SSTEP, mask=c * CHUNKS * 4 + block < KB, other=0)
         w = _decode_chunks(v.to(tl.uint32, bitcast=True), _scale_mult(s, SMAX)[:, :, :, None])
         acc = tc_dot(w, _x_chunks(tl.load(x_ptr + xofs + c * CHUNKS * 128)), acc)
     _mma_store(acc, xs_ptr, b_ptr, y_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
@@ -121,6 +143,7 @@ if gluon is not None:
     _g_decode_chunks = gluon.jit(_decode_chunks.fn)
     _g_x_chunks = gluon.jit(_x_chunks.fn)
     _g_store = gluon.jit(_mma_store.fn)
+    _g_tile_offsets = gluon.jit(_tile_offsets.fn)
 
     @gluon.jit
     def _g_step(acc, v, s, xq, SMAX, A_L: gl.constexpr, B_L: gl.constexpr):
@@ -132,7 +155,8 @@ if gluon is not None:
     @gluon.jit
     def _mma_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                     HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                    PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr):
+                    PREFETCH: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
+                    MMA: gl.constexpr):
         """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -145,10 +169,10 @@ if gluon is not None:
         t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
         i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
         group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]  # a lane's 4 words: in or out of K
-        word = group + i[None, None, None, :]
         block = (cc * 4)[None, :, None] + t[None, None, :]
-        wofs = gl.multiple_of(rows * KW, 4)[:, None, None, None] + word  # K % 32 == 0: 16-byte aligned rows
-        sofs = (rows * KB)[:, None, None] + block
+        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED)
+        WSTEP: gl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
+        SSTEP: gl.constexpr = CHUNKS * (64 if TILED else 4)
         LXC: gl.constexpr = gl.SliceLayout(3, LX)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC))),
                          M - 1)
@@ -171,15 +195,15 @@ if gluon is not None:
                 v = v_next
                 s = s_next
                 n = gl.minimum(full - 1 - c, 1)
-                v_next = gl.load(w_ptr + wofs + (c + 1) * STEP, mask=group < n * STEP, other=0)
-                s_next = gl.load(s_ptr + sofs + (c + 1) * (STEP // 4), mask=block < n * (STEP // 4), other=0)
+                v_next = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=group < n * STEP, other=0)
+                s_next = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=block < n * (STEP // 4), other=0)
             else:
-                v = gl.load(w_ptr + wofs + c * STEP)
-                s = gl.load(s_ptr + sofs + c * (STEP // 4))
+                v = gl.load(w_ptr + wofs + c * WSTEP)
+                s = gl.load(s_ptr + sofs + c * SSTEP)
             acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + c * (STEP * 8)), SMAX, A_L, B_L)
         if full * STEP < KW:  # the K tail: words past K load zeros (and x is zero-padded there)
-            v = gl.load(w_ptr + wofs + full * STEP, mask=full * STEP + group < KW, other=0)
-            s = gl.load(s_ptr + sofs + full * (STEP // 4), mask=full * (STEP // 4) + block < KB, other=0)
+            v = gl.load(w_ptr + wofs + full * WSTEP, mask=full * STEP + group < KW, other=0)
+            s = gl.load(s_ptr + sofs + full * SSTEP, mask=full * (STEP // 4) + block < KB, other=0)
             acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + full * (STEP * 8)), SMAX, A_L, B_L)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -242,22 +266,27 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4):
+def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
-    of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once)."""
+    of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
+    chunk-major copy of the weight (made on first use, cached on p), where each warp streams contiguous memory.
+    MAXNREG caps the registers per thread (ptxas spills past it)."""
     M, K = x.shape
     N = p.N
+    if TILED:
+        p = tile_mxfp4(p)
     x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     args = (x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, x16.shape[1], y.stride(0),
             p.scale_max)
+    meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED)
     if INTERPRETED or gluon is None:
-        _mma_twin_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS)
+        _mma_twin_kernel[grid](*args, **meta)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        _mma_kernel[grid](*args, HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS,
-                          PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps)
+        extra = {"maxnreg": MAXNREG} if MAXNREG else {}
+        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps, **extra)
     return y

@@ -24,8 +24,9 @@ import torch
 from ._triton import INTERPRETED, tl, triton
 from .decode import tc_dot
 from .linear_f16 import x_to_f16
-from .linear_mma import _decode_chunks, _scale_mult, _x_chunks, gluon, mma_layouts
+from .linear_mma import _decode_chunks, _scale_mult, _tile_offsets, _x_chunks, gluon, mma_layouts
 from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
+from .prepare import tile_mxfp4
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
@@ -47,9 +48,13 @@ def _source(sorted_ptr, rm, end, m0, TOPK, PHASE: tl.constexpr):
 
 
 @triton.jit
-def _rows(j, N, PHASE: tl.constexpr):
-    """Weight rows of output columns j: (gate 2j, linear 2j + 1) for mlp1, (j, j) for mlp2; clamped to N."""
+def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
+    """Weight rows of output columns j: (gate 2j, linear 2j + 1) for mlp1 (tiled: gate j, linear j in the second
+    half, which starts at a whole 16-row group), (j, j) for mlp2; clamped to N."""
     if PHASE == 1:
+        if TILED:
+            c = tl.minimum(j, N // 2 - 1)
+            return c, c + (N // 2 + 15) // 16 * 16
         return tl.minimum(2 * j, N - 2), tl.minimum(2 * j + 1, N - 1)
     else:
         c = tl.minimum(j, N - 1)
@@ -82,8 +87,8 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 
 @triton.jit
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                  OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, LOG_E: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
+                  OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, LOG_E: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue."""
     tile = tl.program_id(0)
     if tile < tl.load(tiles_ptr + E):
@@ -91,13 +96,17 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
         KW = K // 8
         KB = K // 32
         j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ra, rb = _rows(j, N, PHASE)
+        ra, rb = _rows(j, N, PHASE, TILED)
         cc = tl.arange(0, CHUNKS)
         t = tl.arange(0, 4)
         word = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]
         block = (cc * 4)[None, :, None] + t[None, None, :]
-        w_e = w_ptr + e.to(tl.int64) * N * KW
-        s_e = s_ptr + e.to(tl.int64) * N * KB
+        w_e = w_ptr + e.to(tl.int64) * WE
+        s_e = s_ptr + e.to(tl.int64) * SE
+        wa, sa = _tile_offsets(ra, cc, t, tl.arange(0, 4), KW, TILED)
+        wb, sb = _tile_offsets(rb, cc, t, tl.arange(0, 4), KW, TILED)
+        WSTEP: tl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
+        SSTEP: tl.constexpr = CHUNKS * (64 if TILED else 4)
         rm = m0 + tl.arange(0, BLOCK_M)
         src = _source(sorted_ptr, rm, end, m0, TOPK, PHASE)
         xpos = (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None] + tl.arange(0, 32)[None, None, None, :]
@@ -109,14 +118,14 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
             xb = _x_chunks(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0))
-            va = tl.load(w_e + (ra * KW)[:, None, None, None] + word + c * STEP, mask=wm, other=0)
-            sa = tl.load(s_e + (ra * KB)[:, None, None] + block + c * (STEP // 4), mask=sm, other=0)
-            acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sa, SMAX)[:, :, :, None]), xb,
+            va = tl.load(w_e + wa + c * WSTEP, mask=wm, other=0)
+            sva = tl.load(s_e + sa + c * SSTEP, mask=sm, other=0)
+            acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sva, SMAX)[:, :, :, None]), xb,
                            acc_a)
             if PHASE == 1:
-                vb = tl.load(w_e + (rb * KW)[:, None, None, None] + word + c * STEP, mask=wm, other=0)
-                sb = tl.load(s_e + (rb * KB)[:, None, None] + block + c * (STEP // 4), mask=sm, other=0)
-                acc_b = tc_dot(_decode_chunks(vb.to(tl.uint32, bitcast=True), _scale_mult(sb, SMAX)[:, :, :, None]),
+                vb = tl.load(w_e + wb + c * WSTEP, mask=wm, other=0)
+                svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
+                acc_b = tc_dot(_decode_chunks(vb.to(tl.uint32, bitcast=True), _scale_mult(svb, SMAX)[:, :, :, None]),
                                xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
                   limit, act_scale, SMAX, PHASE)
@@ -127,23 +136,28 @@ if gluon is not None:
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
+    _g_tile_offsets = gluon.jit(_tile_offsets.fn)
 
     @gluon.jit
-    def _g_load(w_e, s_e, wofs, sofs, group, block, c, KW, KB, STEP: gl.constexpr, MASKED: gl.constexpr):
+    def _g_load(w_e, s_e, wofs, sofs, group, block, c, KW, KB, STEP: gl.constexpr, MASKED: gl.constexpr,
+                TILED: gl.constexpr):
         """Words and scale bytes of K step c (MASKED: the K tail, words past K read zeros)."""
+        WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
+        SSTEP: gl.constexpr = STEP // 4 * (16 if TILED else 1)
         if MASKED:
-            v = gl.load(w_e + wofs + c * STEP, mask=c * STEP + group < KW, other=0)
-            s = gl.load(s_e + sofs + c * (STEP // 4), mask=c * (STEP // 4) + block < KB, other=0)
+            v = gl.load(w_e + wofs + c * WSTEP, mask=c * STEP + group < KW, other=0)
+            s = gl.load(s_e + sofs + c * SSTEP, mask=c * (STEP // 4) + block < KB, other=0)
         else:
-            v = gl.load(w_e + wofs + c * STEP)
-            s = gl.load(s_e + sofs + c * (STEP // 4))
+            v = gl.load(w_e + wofs + c * WSTEP)
+            s = gl.load(s_e + sofs + c * SSTEP)
         return v, s
 
     @gluon.jit
     def _moe_mma_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
-                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: gl.constexpr,
+                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                         LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                        PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr):
+                        TILED: gl.constexpr, PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
+                        MMA: gl.constexpr):
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
         tile = gl.program_id(0)
         if tile < gl.load(tiles_ptr + E):
@@ -153,19 +167,16 @@ if gluon is not None:
             LS: gl.constexpr = gl.SliceLayout(3, LW)
             LC: gl.constexpr = gl.SliceLayout(2, LS)
             ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
-                             PHASE)
+                             PHASE, TILED)
             cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
             t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
             i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
             group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
-            word = group + i[None, None, None, :]
             block = (cc * 4)[None, :, None] + t[None, None, :]
-            w_e = w_ptr + e.to(gl.int64) * N * KW
-            s_e = s_ptr + e.to(gl.int64) * N * KB
-            wa = gl.multiple_of(ra * KW, 4)[:, None, None, None] + word  # K % 32 == 0: 16-byte aligned rows
-            sa = (ra * KB)[:, None, None] + block
-            wb = gl.multiple_of(rb * KW, 4)[:, None, None, None] + word
-            sb = (rb * KB)[:, None, None] + block
+            w_e = w_ptr + e.to(gl.int64) * WE
+            s_e = s_ptr + e.to(gl.int64) * SE
+            wa, sa = _g_tile_offsets(ra, cc, t, i, KW, TILED)
+            wb, sb = _g_tile_offsets(rb, cc, t, i, KW, TILED)
             LXC: gl.constexpr = gl.SliceLayout(3, LX)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
@@ -181,32 +192,33 @@ if gluon is not None:
             STEP: gl.constexpr = CHUNKS * 16
             full = KW // STEP
             if PREFETCH:  # register double buffer: step c + 1's words are in flight while step c is decoded
-                va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, 0, gl.minimum(full, 1) * STEP, KB, STEP, True)
+                va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, 0, gl.minimum(full, 1) * STEP, KB, STEP, True,
+                                     TILED)
                 if PHASE == 1:
                     vb_n, sb_n = _g_load(w_e, s_e, wb, sb, group, block, 0, gl.minimum(full, 1) * STEP, KB, STEP,
-                                         True)
+                                         True, TILED)
             for c in range(0, full):
                 if PREFETCH:
                     va, sva = va_n, sa_n
                     lim = (c + 1 + gl.minimum(full - 1 - c, 1)) * STEP  # past the last full step: nothing
-                    va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, c + 1, lim, KB, STEP, True)
+                    va_n, sa_n = _g_load(w_e, s_e, wa, sa, group, block, c + 1, lim, KB, STEP, True, TILED)
                     if PHASE == 1:
                         vb, svb = vb_n, sb_n
-                        vb_n, sb_n = _g_load(w_e, s_e, wb, sb, group, block, c + 1, lim, KB, STEP, True)
+                        vb_n, sb_n = _g_load(w_e, s_e, wb, sb, group, block, c + 1, lim, KB, STEP, True, TILED)
                 else:
-                    va, sva = _g_load(w_e, s_e, wa, sa, group, block, c, KW, KB, STEP, False)
+                    va, sva = _g_load(w_e, s_e, wa, sa, group, block, c, KW, KB, STEP, False, TILED)
                     if PHASE == 1:
-                        vb, svb = _g_load(w_e, s_e, wb, sb, group, block, c, KW, KB, STEP, False)
+                        vb, svb = _g_load(w_e, s_e, wb, sb, group, block, c, KW, KB, STEP, False, TILED)
                 xq = gl.load(x_ptr + xofs + c * (STEP * 8))
                 acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
                 if PHASE == 1:
                     acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
             if full * STEP < KW:  # the K tail: words and x past K read zeros
                 xq = gl.load(x_ptr + xofs + full * (STEP * 8), mask=full * (STEP * 8) + xpos < K, other=0.0)
-                va, sva = _g_load(w_e, s_e, wa, sa, group, block, full, KW, KB, STEP, True)
+                va, sva = _g_load(w_e, s_e, wa, sa, group, block, full, KW, KB, STEP, True, TILED)
                 acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
                 if PHASE == 1:
-                    vb, svb = _g_load(w_e, s_e, wb, sb, group, block, full, KW, KB, STEP, True)
+                    vb, svb = _g_load(w_e, s_e, wb, sb, group, block, full, KW, KB, STEP, True, TILED)
                     acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -216,24 +228,25 @@ if gluon is not None:
 
     @gluon.jit
     def _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, c, KW, K, STEP: gl.constexpr,
-                 STAGES: gl.constexpr, PHASE: gl.constexpr):
+                 STAGES: gl.constexpr, PHASE: gl.constexpr, TILED: gl.constexpr):
         """Start the cp.async copies of K step c into its ring slot and commit them as one group; words and x
         past K (the tail, and steps past the last) are zero-filled."""
         slot = c % STAGES
         wm = c * STEP + group < KW
-        async_copy.async_copy_global_to_shared(ws_a.index(slot), w_e + wa + c * STEP, mask=wm)
+        WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
+        async_copy.async_copy_global_to_shared(ws_a.index(slot), w_e + wa + c * WSTEP, mask=wm)
         if PHASE == 1:
-            async_copy.async_copy_global_to_shared(ws_b.index(slot), w_e + wb + c * STEP, mask=wm)
+            async_copy.async_copy_global_to_shared(ws_b.index(slot), w_e + wb + c * WSTEP, mask=wm)
         async_copy.async_copy_global_to_shared(xs.index(slot), x_ptr + xcofs + c * (STEP * 8),
                                                mask=c * (STEP * 8) + xcpos < K)
         async_copy.commit_group()
 
     @gluon.jit
     def _moe_ring_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
-                         K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, PHASE: gl.constexpr,
+                         K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                          LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                         STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr, MMA: gl.constexpr,
-                         SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr):
+                         TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
+                         MMA: gl.constexpr, SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr):
         """moe_mma's K loop with the weight words and x of the next STAGES - 1 steps in flight as cp.async
         copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
@@ -245,18 +258,16 @@ if gluon is not None:
             LS: gl.constexpr = gl.SliceLayout(3, LW)
             LC: gl.constexpr = gl.SliceLayout(2, LS)
             ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
-                             PHASE)
+                             PHASE, TILED)
             cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
             t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
             i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
             group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
             block = (cc * 4)[None, :, None] + t[None, None, :]
-            w_e = w_ptr + e.to(gl.int64) * N * KW
-            s_e = s_ptr + e.to(gl.int64) * N * KB
-            wa = gl.multiple_of(ra * KW, 4)[:, None, None, None] + group + i[None, None, None, :]
-            wb = gl.multiple_of(rb * KW, 4)[:, None, None, None] + group + i[None, None, None, :]
-            sa = (ra * KB)[:, None, None] + block
-            sb = (rb * KB)[:, None, None] + block
+            w_e = w_ptr + e.to(gl.int64) * WE
+            s_e = s_ptr + e.to(gl.int64) * SE
+            wa, sa = _g_tile_offsets(ra, cc, t, i, KW, TILED)
+            wb, sb = _g_tile_offsets(rb, cc, t, i, KW, TILED)
             LXC: gl.constexpr = gl.SliceLayout(3, LXCP)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
@@ -277,7 +288,8 @@ if gluon is not None:
             STEP: gl.constexpr = CHUNKS * 16
             steps = gl.cdiv(KW, STEP)
             for q in gl.static_range(STAGES - 1):
-                _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, q, KW, K, STEP, STAGES, PHASE)
+                _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, q, KW, K, STEP, STAGES, PHASE,
+                         TILED)
             sva_n = gl.load(s_e + sa, mask=block < KB, other=0)
             svb_n = sva_n
             if PHASE == 1:
@@ -286,13 +298,14 @@ if gluon is not None:
                 sva = sva_n
                 svb = svb_n
                 nb = (c + 1) * (STEP // 4)
-                sva_n = gl.load(s_e + sa + nb, mask=nb + block < KB, other=0)
+                SSTEP: gl.constexpr = STEP // 4 * (16 if TILED else 1)
+                sva_n = gl.load(s_e + sa + (c + 1) * SSTEP, mask=nb + block < KB, other=0)
                 if PHASE == 1:
-                    svb_n = gl.load(s_e + sb + nb, mask=nb + block < KB, other=0)
+                    svb_n = gl.load(s_e + sb + (c + 1) * SSTEP, mask=nb + block < KB, other=0)
                 async_copy.wait_group(STAGES - 2)
                 gl.thread_barrier()  # step c's copies (every thread's) landed; step c - 1's slot is free
                 _g_issue(ws_a, ws_b, xs, w_e, wa, wb, group, x_ptr, xcofs, xcpos, c + STAGES - 1, KW, K, STEP,
-                         STAGES, PHASE)
+                         STAGES, PHASE, TILED)
                 slot = c % STAGES
                 xq = xs.index(slot).load(LX)
                 acc_a = _g_step(acc_a, ws_a.index(slot).load(LW), sva, xq, SMAX, A_L, B_L)
@@ -309,9 +322,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, BN))
+    if cfg["TILED"]:
+        p = tile_mxfp4(p, deinterleave=phase == 1)
     args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
-            out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E)
-    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"])
+            out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E, p.words.stride(0),
+            p.scales.stride(0))
+    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta)
     else:
@@ -327,14 +343,15 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
     thread (ptxas spills past it): more resident warps for a loop that waits on its loads. STAGES > 0 keeps
     the next STAGES - 1 steps' weights and x in flight as cp.async copies into shared memory instead of in
-    registers (the compiled kernel only; the interpreter runs the same arithmetic). x16 (plane-major) is not
-    used."""
+    registers (the compiled kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's
+    chunk-major copies of the weights (w1 de-interleaved; made on first use, cached), where each warp streams
+    contiguous memory. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -343,7 +360,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES)
+               STAGES=STAGES, TILED=TILED)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x)
     tiles = tile_offsets(r, BLOCK_M)
@@ -389,9 +406,10 @@ def _rule_ring(cfg, problem):
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6)},
+           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
+           "TILED": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0},
+              "STAGES": 0, "TILED": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",

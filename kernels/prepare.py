@@ -5,6 +5,12 @@ exposes the packed bytes as 32-bit words (8 codes per word, no copy) and records
 which decides the variants whose fast decode is exact for this weight (see each variant's scale window).
 Call it once after loading; `mxfp4_linear` and `moe_mxfp4` call it themselves on first use and reuse the
 cached result, so no call after the first pays for it.
+
+`tile_mxfp4` makes the one other layout, for the tensor-core kernels' TILED option: each 16-row group's words
+and scale bytes stored chunk by chunk (128 K per chunk) so that a warp streams one contiguous run of memory.
+Why: read in 64-256-byte pieces of rows 1440 bytes apart, the lm_head weight streams at 1.7-2.2 TB/s on an
+H100; stored tile-contiguous the same bytes stream at 2.5-2.6 TB/s (`.device/pattern.py`,
+results/20261123T040508-h100-80gb-hbm3-pattern).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class PreparedMXFP4:
     shape: tuple[int, ...]
     scale_min: int
     scale_max: int
+    tiled: bool = False
 
     @property
     def N(self) -> int:
@@ -62,3 +69,43 @@ def prepare_mxfp4(w: MXFP4Tensor) -> PreparedMXFP4:
     p = PreparedMXFP4(blocks, blocks.view(torch.int32), scales, w.shape, smin, smax)
     object.__setattr__(w, _CACHE_ATTR, p)
     return p
+
+
+TILE_ROWS = 16  # rows per tile: one mma.sync A tile
+TILE_K = 128  # K per chunk: 16 words and 4 scale bytes per row
+
+
+def tile_mxfp4(p: PreparedMXFP4, deinterleave: bool = False) -> PreparedMXFP4:
+    """The chunk-major layout of p (cached on p): words [..., G, KC, 16, 16] and scales [..., G, KC, 16, 4],
+    G = ceil(rows / 16) groups of 16 rows, KC = ceil(K / 128) chunks; rows and K padded with zero bytes.
+
+    deinterleave (mlp1's w1, gate rows 2j and linear rows 2j + 1): gate rows first, then linear rows, each half
+    padded to whole groups, so a 16-row tile holds 16 gate (or 16 linear) rows and gate j and linear j sit in
+    tiles G/2 apart. Costs a copy of the weight; made once, like prepare_mxfp4.
+    """
+    attr = "_tiled_deinterleaved" if deinterleave else "_tiled"
+    cached = getattr(p, attr, None)
+    if cached is not None:
+        return cached
+    if p.tiled:
+        raise ValueError("p is already tiled")
+    if deinterleave and p.N % 2:
+        raise ValueError(f"deinterleave needs an even number of rows (gate, linear pairs), got {p.N}")
+    lead, K = p.shape[:-2], p.K
+    kc = -(-K // TILE_K)
+
+    def tiles(t: torch.Tensor, per_chunk: int) -> torch.Tensor:
+        halves = (t[..., 0::2, :], t[..., 1::2, :]) if deinterleave else (t,)
+        padded = []
+        for h in halves:
+            rows = -(-h.shape[-2] // TILE_ROWS) * TILE_ROWS
+            padded.append(torch.nn.functional.pad(h, (0, kc * per_chunk - h.shape[-1], 0, rows - h.shape[-2])))
+        t = torch.cat(padded, dim=-2)
+        g = t.shape[-2] // TILE_ROWS
+        return t.reshape(*lead, g, TILE_ROWS, kc, per_chunk).transpose(-3, -2).contiguous()
+
+    words = tiles(p.words, TILE_K // 8)
+    q = PreparedMXFP4(words.view(torch.uint8), words, tiles(p.scales, TILE_K // 32), p.shape, p.scale_min,
+                      p.scale_max, tiled=True)
+    object.__setattr__(p, attr, q)
+    return q

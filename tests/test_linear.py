@@ -67,6 +67,41 @@ def test_ggml_layout_and_no_bias(name, device):
     assert torch.equal(y, y2)
 
 
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemv_mma_tiled_weight_gives_the_same_result(m, n, k, device):
+    """TILED reads tile_mxfp4's chunk-major copy (rows padded to 16, K to 128): the same words meet the same x
+    in the same order, so the output is bit-identical to the row-major weight's, K tails included."""
+    x, w, b, ref = make(m, n, k, seed=m + n, dev=device)
+    for cfg in ({"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": True, "num_warps": 2},
+                {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 2, "PREFETCH": False, "num_warps": 1, "MAXNREG": 168}):
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TILED=True, **cfg), y)
+        assert rel_err(y, ref) < tol("gemv_mma")
+
+
+def test_tile_layout_places_each_row_chunk(device):
+    """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
+    2i + 1 land at group rows i and half + i; the tiled copy is cached and cannot be tiled again."""
+    from kernels.prepare import tile_mxfp4
+
+    p = K.prepare_mxfp4(K.quantize_mxfp4(torch.randn(2, 40, 288)).to(device))
+    q = tile_mxfp4(p)
+    assert q.words.shape == (2, 3, 3, 16, 16) and q.scales.shape == (2, 3, 3, 16, 4) and q.tiled
+    assert tile_mxfp4(p) is q
+    assert torch.equal(q.words[1, 2, 1, 5], p.words[1, 37, 16:32])
+    assert torch.equal(q.scales[1, 2, 1, 5], p.scales[1, 37, 4:8])
+    assert torch.equal(q.words[1, 2, 2, 5, :4], p.words[1, 37, 32:36]) and not q.words[1, 2, 2, 5, 4:].any()
+    assert not q.words[:, 2, :, 8:].any()  # rows 40..47: padding
+    d = tile_mxfp4(p, deinterleave=True)  # 20 gate rows -> groups 0-1, 20 linear rows -> groups 2-3
+    assert d.words.shape == (2, 4, 3, 16, 16)
+    assert torch.equal(d.words[0, 1, 0, 3], p.words[0, 2 * 19, :16])
+    assert torch.equal(d.words[0, 2, 0, 3], p.words[0, 2 * 3 + 1, :16])
+    with pytest.raises(ValueError, match="already tiled"):
+        tile_mxfp4(q)
+    with pytest.raises(ValueError, match="even number"):
+        tile_mxfp4(K.prepare_mxfp4(K.quantize_mxfp4(torch.randn(3, 64)).to(device)), deinterleave=True)
+
+
 def test_m_zero_gives_empty_output(device):
     x, w, b, _ = make(1, 40, 64, seed=1, dev=device)
     y = K.mxfp4_linear(x[:0], w, b)

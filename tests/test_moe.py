@@ -209,6 +209,10 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "STAGES": 4},
     {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 1, "STAGES": 3},
     {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 2, "PREFETCH": False, "num_warps": 2, "STAGES": 2},
+    # tile_mxfp4's chunk-major weights (w1 de-interleaved): register loads, prefetched, through the ring
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 4, "PREFETCH": False, "num_warps": 4, "TILED": True, "MAXNREG": 128},
+    {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": True, "num_warps": 2, "TILED": True},
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "TILED": True, "STAGES": 3},
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
@@ -226,6 +230,10 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
     r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
     y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
+    if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
+        untiled = {**cfg, "TILED": False}
+        assert torch.equal(y, K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)),
+                                          variant="moe_mma", **untiled))
 
 
 def test_moe_mma_register_rule():
