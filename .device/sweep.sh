@@ -10,6 +10,6 @@ tests=$1; shift
 for spec in "$@"; do
   out=$OUT/${spec//_/-}
   timeout ${SWEEP_S:-420} python3 -m labkit sweep $spec --out $out --quiet 2>&1 | tail -2
-  python3 -m labkit best $out 2>&1 | grep -v "torch_bf16" | cut -c1-170 | tail -${BEST_LINES:-30}
+  python3 -m labkit best $out 2>&1 | cut -c1-170 | tail -${BEST_LINES:-30}
 done
 cd $OUT && tar czf runs.tgz --remove-files */ && ls -la

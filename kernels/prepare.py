@@ -10,7 +10,7 @@ cached result, so no call after the first pays for it.
 and scale bytes stored chunk by chunk (128 K per chunk) so that a warp streams one contiguous run of memory.
 Why: read in 64-256-byte pieces of rows 1440 bytes apart, the lm_head weight streams at 1.7-2.2 TB/s on an
 H100; stored tile-contiguous the same bytes stream at 2.5-2.6 TB/s (`.device/pattern.py`,
-results/20261123T040508-h100-80gb-hbm3-pattern).
+results/20261123T040401-h100-80gb-hbm3-pattern).
 """
 
 from __future__ import annotations

@@ -41,13 +41,22 @@ def _runnable(variant: str, config: str) -> bool:
     return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
 
 
-def _points(runs, op: str) -> pd.DataFrame:
+def _one_copy(config: str) -> bool:
+    """Whether a config reads the weight as prepare_mxfp4 leaves it. TILED configs read a second, tiled copy
+    (kernels.prepare.tile_mxfp4): auto picking them at some token counts and row-major variants at others
+    would hold both copies (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100), so tables never pick
+    them; their points still count as the best time in regret, which shows what the second copy would buy."""
+    return not json.loads(config).get("TILED")
+
+
+def _points(runs, op: str, pickable: bool = False) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
-    runs keeps each measurement; the fastest counts), limited to configs this checkout can run."""
+    runs keeps each measurement; the fastest counts), limited to configs this checkout can run (pickable:
+    and that a table may pick, see _one_copy)."""
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[_runnable(v, c) for v, c in zip(df["variant"], df["config"])]]
+    df = df[[_runnable(v, c) and (_one_copy(c) or not pickable) for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points")
     df["t"] = df["us_graph"].fillna(df["us_eager"])
@@ -65,7 +74,7 @@ def shape_key(op: str, row) -> tuple:
 
 def derive_tables(run_dir, op: str = "linear", routing: str = "uniform") -> dict:
     """{"default": rows, shape key: rows} for `op` ('linear' or 'moe'); MoE rows come from `routing` points."""
-    df = _points(run_dir, op)
+    df = _points(run_dir, op, pickable=True)
     if op == "moe":
         df = df[df["routing"] == routing]
     tables = {"default": derive_table(run_dir, op, routing)}
@@ -87,7 +96,7 @@ def pick(tables: dict, op: str, problem_row) -> tuple[str, dict]:
 
 def derive_table(run_dir, op: str = "linear", routing: str = "uniform") -> list[tuple[int, str, dict]]:
     """The shape-agnostic [(max_m, variant, config)] for `op` from a run (MoE rows from `routing` points)."""
-    df = _points(run_dir, op)
+    df = _points(run_dir, op, pickable=True)
     if op == "moe":
         df = df[df["routing"] == routing]
         if df.empty:
@@ -119,7 +128,8 @@ def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
     for key, g in df.groupby(pcols + ["m"]):
         variant, cfg_d = pick(tables, op, g.iloc[0])
         cfg = json.dumps(cfg_d, sort_keys=True)
-        picked = g[(g["variant"] == variant) & g["config"].map(lambda c, want=cfg_d: _same_config(c, want))]
+        picked = g[(g["variant"] == variant)
+                   & g["config"].map(lambda c, want=cfg_d, v=variant: _same_config(v, c, want))]
         best = g["t"].min()
         out.append({**dict(zip(pcols + ["m"], key)), "auto_variant": variant, "auto_config": cfg,
                     "best_variant": g.loc[g["t"].idxmin(), "variant"], "best_us": best,
@@ -128,10 +138,13 @@ def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _same_config(stored: str, cfg: dict) -> bool:
-    """A stored point config (full, defaults included) matches a table config (possibly partial)."""
-    s = json.loads(stored)
-    return all(s.get(k) == v for k, v in cfg.items())
+def _same_config(variant: str, stored: str, cfg: dict) -> bool:
+    """A stored point config and a table config run the same kernel: equal once both are completed with the
+    variant's defaults (a run made before an option existed ran what its default does now)."""
+    from kernels import VARIANTS
+
+    defaults = VARIANTS[variant].defaults
+    return {**defaults, **json.loads(stored)} == {**defaults, **cfg}
 
 
 def write_tables(linear: dict | None, moe: dict | None, sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:

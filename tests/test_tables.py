@@ -53,6 +53,19 @@ def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
     assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
 
 
+def test_tables_never_pick_a_second_weight_copy_but_regret_counts_it(tmp_path):
+    """TILED configs read tile_mxfp4's copy of the weight: auto must not mix them with row-major picks (two
+    copies of every weight), yet regret measures against them; a stored config without an option added later
+    (here TILED) matches the table config that spells out that option's default."""
+    mma = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2}
+    run = _run(tmp_path, [_pt("a", 128, 4, "gemv_mma", 10, mma),
+                          _pt("a", 128, 4, "gemv_mma", 8, {**mma, "TILED": True})])
+    t = derive_tables(run, "linear")
+    assert t[(128, 64)] == [(1 << 62, "gemv_mma", mma)]
+    r = regret(run, {"default": [(1 << 62, "gemv_mma", {**mma, "TILED": False, "MAXNREG": None})]}, "linear")
+    assert r["regret"].round(3).tolist() == [1.25]
+
+
 def test_package_tables_come_from_committed_h100_runs():
     import json
 
