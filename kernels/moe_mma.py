@@ -15,6 +15,10 @@ rows in expert-sorted order for the combine (or kernels.add_rms_norm).
 
 Numerics are gemv_mma's: fp16 weights E2M1 * 2^(s - SMAX + 1) (exact while the layer's scale bytes span at
 most 24 binades), fp16 activations rescaled per token (mlp1) or by act16_scale (mlp2), fp32 accumulation.
+
+Options measured on the H100: TILED (read tile_mxfp4's chunk-major copies: 2-23% faster, results/20261123T040447-
+...-moe-mma-tiled) and STAGES (a cp.async ring in shared memory instead of register loads: slower at most points,
+...035210-...-moe-mma-ring; kept for the comparison).
 """
 
 from __future__ import annotations
