@@ -143,6 +143,37 @@ if gluon is not None:
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
 
     @gluon.jit
+    def _g_tile(tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE,
+                PHASE: gl.constexpr, LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr):
+        """A program's expert token tile (e, first and end sorted position) and the offsets its K steps load
+        from: weight words and scale bytes of the two row sets (layout LW), their K positions for the tail
+        masks (group, block), and x's gathered rows (layout LX; K positions xpos)."""
+        e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+        LS: gl.constexpr = gl.SliceLayout(3, LW)
+        LC: gl.constexpr = gl.SliceLayout(2, LS)
+        ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
+                         PHASE, TILED)
+        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
+        block = (cc * 4)[None, :, None] + t[None, None, :]
+        w_e = w_ptr + e.to(gl.int64) * WE
+        s_e = s_ptr + e.to(gl.int64) * SE
+        wa, sa = _g_tile_offsets(ra, cc, t, i, K // 8, TILED)
+        wb, sb = _g_tile_offsets(rb, cc, t, i, K // 8, TILED)
+        LXC: gl.constexpr = gl.SliceLayout(3, LX)
+        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
+        src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+        xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
+        xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LX))))
+        xpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
+        xofs = gl.multiple_of(src.to(gl.int64) * KP, 8)[:, None, None, None] + xpos  # K % 32 == 0
+        return e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos
+
+    @gluon.jit
     def _g_load(w_e, s_e, wofs, sofs, group, block, c, KW, KB, STEP: gl.constexpr, MASKED: gl.constexpr,
                 TILED: gl.constexpr):
         """Words and scale bytes of K step c (MASKED: the K tail, words past K read zeros)."""
@@ -165,30 +196,11 @@ if gluon is not None:
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
         tile = gl.program_id(0)
         if tile < gl.load(tiles_ptr + E):
-            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos = _g_tile(
+                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
+                BLOCK_N, CHUNKS, TILED, LW, LX)
             KW = K // 8
             KB = K // 32
-            LS: gl.constexpr = gl.SliceLayout(3, LW)
-            LC: gl.constexpr = gl.SliceLayout(2, LS)
-            ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
-                             PHASE, TILED)
-            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-            group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
-            block = (cc * 4)[None, :, None] + t[None, None, :]
-            w_e = w_ptr + e.to(gl.int64) * WE
-            s_e = s_ptr + e.to(gl.int64) * SE
-            wa, sa = _g_tile_offsets(ra, cc, t, i, KW, TILED)
-            wb, sb = _g_tile_offsets(rb, cc, t, i, KW, TILED)
-            LXC: gl.constexpr = gl.SliceLayout(3, LX)
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
-            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-            xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
-            xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
-            xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LX))))
-            xpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
-            xofs = (src.to(gl.int64) * KP)[:, None, None, None] + xpos
             A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
             B_L: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
             acc_a = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
@@ -256,30 +268,11 @@ if gluon is not None:
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
         tile = gl.program_id(0)
         if tile < gl.load(tiles_ptr + E):
-            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xcofs, xcpos = _g_tile(
+                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
+                BLOCK_N, CHUNKS, TILED, LW, LXCP)
             KW = K // 8
             KB = K // 32
-            LS: gl.constexpr = gl.SliceLayout(3, LW)
-            LC: gl.constexpr = gl.SliceLayout(2, LS)
-            ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
-                             PHASE, TILED)
-            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-            group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
-            block = (cc * 4)[None, :, None] + t[None, None, :]
-            w_e = w_ptr + e.to(gl.int64) * WE
-            s_e = s_ptr + e.to(gl.int64) * SE
-            wa, sa = _g_tile_offsets(ra, cc, t, i, KW, TILED)
-            wb, sb = _g_tile_offsets(rb, cc, t, i, KW, TILED)
-            LXC: gl.constexpr = gl.SliceLayout(3, LXCP)
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
-            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-            xc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LXC)))
-            xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LXC)))
-            xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LXCP))))
-            xcpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
-            xcofs = gl.multiple_of(src.to(gl.int64) * KP, 8)[:, None, None, None] + xcpos
             ws_a = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
             ws_b = ws_a
             if PHASE == 1:
