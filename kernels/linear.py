@@ -32,7 +32,7 @@ from ._triton import INTERPRETED, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
-from .linear_mma import run_gemv_mma
+from .linear_mma import run_gemv_mma, wgmma_reason
 from .prepare import PreparedMXFP4, prepare_mxfp4
 from .variants import (
     Variant,
@@ -394,9 +394,13 @@ register(Variant(
 
 
 def _rule_mma_registers(cfg, problem):
-    """gemv_mma keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step), ROWS * BLOCK_M / 2
+    """gemv_mma (mma.sync) keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step), ROWS * BLOCK_M / 2
     accumulators and 8 * ROWS * CHUNKS weight words (twice with PREFETCH). The estimate is rough: the sm_90 build
     of BLOCK_M=64, ROWS=2 (estimate 208) takes 188 registers without spilling; past ~210 builds spill."""
+    if cfg.get("WGMMA"):
+        return wgmma_reason(cfg)
+    if cfg.get("STAGES", 3) != 3:
+        return "STAGES (the x ring) applies only with WGMMA"
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 210:
@@ -409,12 +413,14 @@ def _rule_mma_registers(cfg, problem):
 
 register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
-    space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168)},
+    space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
+           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168), "WGMMA": (False, True),
+           "STAGES": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
-              "MAXNREG": None},
+              "MAXNREG": None, "WGMMA": False, "STAGES": 3},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
-    description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory)",
+    description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
+                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots",
 ))
 register(Variant(
     name="mma", kind="gemm", op="linear", fn=_run_mma,

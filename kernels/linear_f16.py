@@ -19,6 +19,8 @@ emulation of the same arithmetic.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
@@ -54,7 +56,8 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 
 
 @triton.jit
-def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr):
+def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
+                LOGICAL: tl.constexpr):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
     pdl_enter()
     m = tl.program_id(0)
@@ -70,6 +73,9 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
             r = pos % PLANE
             src = (r // 2) * 8 + pos // PLANE + 4 * (r % 2)
             ok = r < K // 4
+        elif LOGICAL:
+            src = pos - pos % 128 + logical_elem(pos % 128)
+            ok = src < K
         else:  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group of 8
             j = pos % 8
             src = pos - j + j // 2 + 4 * (j % 2)
@@ -79,23 +85,41 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
     tl.store(xs_ptr + m, down)
 
 
-def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+@triton.jit
+def logical_elem(q):
+    """Element of a 128-K chunk at position q of gemv_mma's logical K order (lanes' fragment registers in K
+    order): q = 32 i + 16 s + 8 h + 2 t + e holds element 32 t + 8 i + 4 e + 2 s + h (kernels/linear_mma.py)."""
+    return ((q // 2) % 4) * 32 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
+
+
+@triton.jit
+def logical_pos(el):
+    """Inverse of logical_elem: position of chunk element el = 32 t + 8 i + 4 e + 2 s + h in logical K order."""
+    return ((el // 8) % 4) * 32 + ((el // 2) % 2) * 16 + (el % 2) * 8 + (el // 32) * 2 + (el // 4) % 2
+
+
+def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1,
+             logical: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
     word-major ([M, K rounded up to a multiple of `pad`, zeros past K]: the 4 words of weight word w side by
     side) or, with planes=True, plane-major ([M, 4 * plane_words(K) * 2]: plane j holds pair j of every weight
     word, so consecutive weight words meet consecutive x words; planes are padded with zeros to a multiple of
-    16 words for aligned vector loads).
+    16 words for aligned vector loads) or, with logical=True, in gemv_mma's logical K order per 128-K chunk
+    (kernels.linear_f16.logical_elem; [M, K rounded up to 128 and to `pad`]): the order wgmma reads its B
+    operand from shared memory in, so rows are copied there as they are.
     """
     M, K = x.shape
+    if logical:
+        pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
     o = torch.empty((M, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
     if M:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=block, PLANES=planes,
-                          num_warps=4 if block <= 2048 else 8, **pdl_launch())
+                          LOGICAL=logical, num_warps=4 if block <= 2048 else 8, **pdl_launch())
     return o, xs
 
 

@@ -43,7 +43,8 @@ CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exists
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -81,6 +82,15 @@ def _x_chunks(xq):
 
 
 @triton.jit
+def _x_step(xq, LOGICAL: tl.constexpr):
+    """A step's x as loaded ([BM, C, 4, 32] stored positions) -> the B operand [128 C (logical K), BM]:
+    word-major storage goes through _x_chunks, logical storage (WGMMA's) is already in K order."""
+    if LOGICAL:
+        return tl.trans(tl.reshape(xq, (xq.shape[0], xq.shape[1] * 128)))
+    return _x_chunks(xq)
+
+
+@triton.jit
 def _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS: tl.constexpr):
     """acc [rows, tokens] -> y[token, row] in bf16: times the token's scale and 2^(SMAX - 128), plus bias."""
     xs = tl.load(xs_ptr + tl.minimum(rm, M - 1))
@@ -114,8 +124,9 @@ def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr):
 @triton.jit
 def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
-                     TILED: tl.constexpr):
-    """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order."""
+                     TILED: tl.constexpr, LOGICAL: tl.constexpr):
+    """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order (LOGICAL: x
+    stored in logical K order, as WGMMA reads it)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     KW = K // 8
@@ -136,7 +147,7 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
         v = tl.load(w_ptr + wofs + c * WSTEP, mask=c * CHUNKS * 16 + word < KW, other=0)
         s = tl.load(s_ptr + sofs + c * SSTEP, mask=c * CHUNKS * 4 + block < KB, other=0)
         w = _decode_chunks(v.to(tl.uint32, bitcast=True), _scale_mult(s, SMAX)[:, :, :, None])
-        acc = tc_dot(w, _x_chunks(tl.load(x_ptr + xofs + c * CHUNKS * 128)), acc)
+        acc = tc_dot(w, _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL), acc)
     _mma_store(acc, xs_ptr, b_ptr, y_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
                pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX, HAS_BIAS)
 
@@ -213,6 +224,79 @@ if gluon is not None:
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
+    @gluon.jit
+    def _g_wg_issue(acc, v, s, x_slot, SMAX, A_L: gl.constexpr):
+        """One K step on wgmma: decode into its A registers (no data movement, checked) and start acc += A @ B
+        asynchronously, B the step's x rows in shared memory ([BM, 128 C] in logical K order, read transposed)."""
+        w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
+        return warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), x_slot.permute((1, 0)), acc,
+                             is_async=True)
+
+    @gluon.jit
+    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot c % STAGES
+        and commit it as one group (past the last step: an empty group, so the waits stay uniform)."""
+        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _g_x_ready(xsm, c, STAGES: gl.constexpr):
+        """Ring slot of step c once every thread's copies of it landed (and are visible to wgmma). The barrier
+        also orders the next copy into slot c - 1 after every warp finished step c - 1's MMAs."""
+        async_copy.wait_group(STAGES - 2)
+        fence_async_shared()
+        gl.thread_barrier()
+        return xsm.index(c % STAGES)
+
+    @gluon.jit
+    def _wg_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
+                   HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                   TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LXCP: gl.constexpr,
+                   MMA: gl.constexpr, SX: gl.constexpr):
+        """gemv_mma's K loop on wgmma (WGMMA=True): x (logical K order) goes once per program through a cp.async
+        ring of STAGES slots in shared memory instead of into every warp's registers; the next step's weight
+        words are loaded while this step is decoded."""
+        pid_n = gl.program_id(0)
+        pid_m = gl.program_id(1)
+        KW = K // 8
+        KB = K // 32
+        LS: gl.constexpr = gl.SliceLayout(3, LW)
+        LC: gl.constexpr = gl.SliceLayout(2, LS)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N - 1)
+        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
+        block = (cc * 4)[None, :, None] + t[None, None, :]
+        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED)
+        WSTEP: gl.constexpr = CHUNKS * (256 if TILED else 16)
+        SSTEP: gl.constexpr = CHUNKS * (64 if TILED else 4)
+        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
+        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
+        A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+        STEP: gl.constexpr = CHUNKS * 16
+        steps = gl.cdiv(KW, STEP)
+        for q in gl.static_range(STAGES - 1):
+            _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+        v_n = gl.load(w_ptr + wofs, mask=group < KW, other=0)
+        s_n = gl.load(s_ptr + sofs, mask=block < KB, other=0)
+        for c in range(0, steps):
+            v, s = v_n, s_n
+            nxt = gl.minimum(steps - 1 - c, 1) * (c + 1)  # past the last step: nothing (masks all off)
+            v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1 < steps) & (nxt * STEP + group < KW), other=0)
+            s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1 < steps) & (nxt * (STEP // 4) + block < KB),
+                          other=0)
+            x_slot = _g_x_ready(xsm, c, STAGES)
+            _g_x_issue(xsm, x_ptr, xofs, c + STAGES - 1, steps, STEP, STAGES)
+            acc = _g_wg_issue(acc, v, s, x_slot, SMAX, A_L)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        async_copy.wait_group(0)
+        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+
 
 def _log2(v: int) -> int:
     return v.bit_length() - 1
@@ -237,6 +321,42 @@ def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     LX = gl.DistributedLinearLayout(xreg, lane, [[0, 0, 0, 0]] * _log2(num_warps), [], [BLOCK_M, CHUNKS, 4, 32])
     MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
     return LW, LX, MMA
+
+
+SHARED_BYTES = 227 * 1024  # the most shared memory one sm_90 program may use
+
+
+def wgmma_reason(cfg: dict, sets: int = 1) -> str | None:
+    """Why a WGMMA config of gemv_mma / moe_mma cannot run (None if it can); sets = weight row sets per
+    program (mlp1: gate and linear). Per thread each set keeps ROWS * BLOCK_M / 2 accumulators, 32 * ROWS *
+    CHUNKS decoded A registers and 16 * ROWS * CHUNKS words (this step's and the next); past ~170 of these the
+    sm_90 builds (triton 3.6) approach 255 registers."""
+    if cfg["num_warps"] % 4:
+        return f"num_warps={cfg['num_warps']}: wgmma runs on whole warpgroups (multiples of 4 warps)"
+    if cfg.get("PREFETCH"):
+        return "WGMMA always prefetches the next step's words (PREFETCH would repeat a config)"
+    rows, c = cfg["ROWS"], cfg["CHUNKS"]
+    regs = sets * (rows * cfg["BLOCK_M"] // 2 + 48 * rows * c)
+    if regs > 170:
+        return f"~{regs} data registers per thread ({sets} x (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS) > 170)"
+    need = cfg["STAGES"] * cfg["BLOCK_M"] * 256 * c
+    if need > SHARED_BYTES:
+        return f"x ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
+    if cfg["STAGES"] < 2:
+        return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
+    return None
+
+
+@functools.cache
+def wg_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
+    """(weight-word layout, x copy layout, wgmma accumulator layout, x slot layout) of a WGMMA config: the
+    words as for mma.sync (each warp's wgmma A fragment is its mma.sync A fragment); x rows [BLOCK_M,
+    128 CHUNKS] copied 16 bytes per thread (lanes along a row first) into 128-byte-swizzled slots."""
+    LW, _, _ = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+    cols = min(16 * CHUNKS, 32)  # lanes per row
+    copy = gl.BlockedLayout([1, 8], [32 // cols, cols], [num_warps, 1], [1, 0])
+    MMA = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_M, 16])
+    return LW, copy, MMA, gl.NVMMASharedLayout.get_default_for([BLOCK_M, 128 * CHUNKS], gl.float16)
 
 
 @functools.cache
@@ -270,17 +390,20 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None):
+def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
+                 WGMMA=False, STAGES=3):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
     chunk-major copy of the weight (made on first use, cached on p), where each warp streams contiguous memory.
-    MAXNREG caps the registers per thread (ptxas spills past it)."""
+    MAXNREG caps the registers per thread (ptxas spills past it). WGMMA multiplies with sm_90's wgmma: the
+    same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
+    slots (the next step's words always prefetched; PREFETCH is ignored)."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
-    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS)
+    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
@@ -288,7 +411,12 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             p.scale_max)
     meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED)
     if INTERPRETED or gluon is None:
-        _mma_twin_kernel[grid](*args, **meta)
+        _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
+    elif WGMMA:
+        LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+        extra = {"maxnreg": MAXNREG} if MAXNREG else {}
+        _wg_kernel[grid](*args, **meta, STAGES=STAGES, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX, num_warps=num_warps,
+                         **extra)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

@@ -28,7 +28,9 @@ import torch
 from ._triton import INTERPRETED, tl, triton
 from .decode import tc_dot
 from .linear_f16 import x_to_f16
-from .linear_mma import _decode_chunks, _scale_mult, _tile_offsets, _x_chunks, gluon, mma_layouts
+from .linear_f16 import logical_pos
+from .linear_mma import (SHARED_BYTES, _decode_chunks, _scale_mult, _tile_offsets, _x_step, gluon, mma_layouts,
+                         wg_layouts, wgmma_reason)
 from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
 from .prepare import tile_mxfp4
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -37,7 +39,9 @@ if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-    from .linear_mma import _g_step, ring_layouts
+    from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
+
+    from .linear_mma import _g_step, _g_wg_issue, _g_x_issue, _g_x_ready, ring_layouts
 
 
 @triton.jit
@@ -67,9 +71,11 @@ def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-              limit, act_scale, SMAX, PHASE: tl.constexpr):
+              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
     """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
-    act[rm, word-major position of j] (row width OUTW); mlp2: (acc_a + b2) * gate weight as bf16 y[rm, j]."""
+    act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
+    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunk of a
+    row of OUTW (a multiple of 128): the programs holding the last columns zero them (mlp2 reads them)."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
     wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
@@ -80,8 +86,17 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
         g = acc_a * sc + tl.load(b_ptr + e * N + 2 * jc).to(tl.float32)[:, None]
         lin = acc_b * sc + tl.load(b_ptr + e * N + 2 * jc + 1).to(tl.float32)[:, None]
         a = swiglu(g, lin, alpha, limit)
-        tl.store(out_ptr + rm[None, :].to(tl.int64) * OUTW + word_major_pos(j)[:, None], (a * act_scale).to(tl.float16),
-                 mask=mmask[None, :] & (j < half)[:, None])
+        row = out_ptr + rm[None, :].to(tl.int64) * OUTW
+        if LOGICAL:
+            tl.store(row + (j - j % 128 + logical_pos(j % 128))[:, None], (a * act_scale).to(tl.float16),
+                     mask=mmask[None, :] & (j < half)[:, None])
+            jz = j + (OUTW - half)  # the padding column this column's program zeroes, if any
+            zmask = mmask[None, :] & ((jz >= half) & (jz < OUTW))[:, None]
+            tl.store(row + (jz - jz % 128 + logical_pos(jz % 128))[:, None], tl.where(zmask, 0.0, 0.0).to(tl.float16),
+                     mask=zmask)
+        else:
+            tl.store(row + word_major_pos(j)[:, None], (a * act_scale).to(tl.float16),
+                     mask=mmask[None, :] & (j < half)[:, None])
     else:
         y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
@@ -92,8 +107,10 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 @triton.jit
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, LOG_E: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr):
-    """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue."""
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
+                  LOGICAL: tl.constexpr):
+    """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
+    (LOGICAL: x and act in logical K order, as WGMMA reads them)."""
     tile = tl.program_id(0)
     if tile < tl.load(tiles_ptr + E):
         e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
@@ -121,7 +138,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
         for c in range(0, tl.cdiv(KW, STEP)):
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
-            xb = _x_chunks(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0))
+            xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < KP, other=0.0), LOGICAL)
             va = tl.load(w_e + wa + c * WSTEP, mask=wm, other=0)
             sva = tl.load(s_e + sa + c * SSTEP, mask=sm, other=0)
             acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sva, SMAX)[:, :, :, None]), xb,
@@ -132,7 +149,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
                 acc_b = tc_dot(_decode_chunks(vb.to(tl.uint32, bitcast=True), _scale_mult(svb, SMAX)[:, :, :, None]),
                                xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-                  limit, act_scale, SMAX, PHASE)
+                  limit, act_scale, SMAX, PHASE, LOGICAL)
 
 
 if gluon is not None:
@@ -239,7 +256,7 @@ if gluon is not None:
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE)
+                        alpha, limit, act_scale, SMAX, PHASE, False)
 
 
     @gluon.jit
@@ -312,7 +329,61 @@ if gluon is not None:
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE)
+                        alpha, limit, act_scale, SMAX, PHASE, False)
+
+    @gluon.jit
+    def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+                       K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
+                       LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                       TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
+                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr):
+        """moe_mma's K loop on wgmma (WGMMA=True): the expert tile's gathered x rows (logical K order) go once
+        per program through a cp.async ring of STAGES shared-memory slots; the next step's weight words are
+        loaded while this step is decoded; mlp1's gate and linear tiles are two wgmmas on the same x slot."""
+        tile = gl.program_id(0)
+        if tile < gl.load(tiles_ptr + E):
+            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, _, _ = _g_tile(
+                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
+                BLOCK_N, CHUNKS, TILED, LW, LX)
+            KW = K // 8
+            KB = K // 32
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+            xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
+                    + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
+            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
+            A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+            acc_a = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            acc_b = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            STEP: gl.constexpr = CHUNKS * 16
+            steps = gl.cdiv(KW, STEP)
+            for q in gl.static_range(STAGES - 1):
+                _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+            va_n, sva_n = _g_load(w_e, s_e, wa, sa, group, block, 0, KW, KB, STEP, True, TILED)
+            vb_n, svb_n = va_n, sva_n
+            if PHASE == 1:
+                vb_n, svb_n = _g_load(w_e, s_e, wb, sb, group, block, 0, KW, KB, STEP, True, TILED)
+            for c in range(0, steps):
+                va, sva, vb, svb = va_n, sva_n, vb_n, svb_n
+                more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
+                va_n, sva_n = _g_load(w_e, s_e, wa, sa, group, block, c + 1, KW * more, KB * more, STEP, True, TILED)
+                if PHASE == 1:
+                    vb_n, svb_n = _g_load(w_e, s_e, wb, sb, group, block, c + 1, KW * more, KB * more, STEP, True,
+                                          TILED)
+                x_slot = _g_x_ready(xsm, c, STAGES)
+                _g_x_issue(xsm, x_ptr, xofs, c + STAGES - 1, steps, STEP, STAGES)
+                acc_a = _g_wg_issue(acc_a, va, sva, x_slot, SMAX, A_L)
+                if PHASE == 1:
+                    acc_b = _g_wg_issue(acc_b, vb, svb, x_slot, SMAX, A_L)
+                    acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
+                else:
+                    acc_a = warpgroup_mma_wait(0, deps=[acc_a])
+            async_copy.wait_group(0)
+            j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+            _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
+                        alpha, limit, act_scale, SMAX, PHASE, True)
+
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
     E, N, K = p.shape
@@ -326,7 +397,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
             p.scales.stride(0))
     meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"])
     if INTERPRETED or gluon is None:
-        _moe_mma_twin[grid](*args, **meta)
+        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
+    elif cfg["WGMMA"]:
+        LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+        _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+        extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA, LXCP=LXCP, SX=SX,
+                             num_warps=cfg["num_warps"], **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
@@ -340,7 +417,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -348,20 +425,22 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     the next STAGES - 1 steps' weights and x in flight as cp.async copies into shared memory instead of in
     registers (the compiled kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's
     chunk-major copies of the weights (w1 de-interleaved; made on first use, cached), where each warp streams
-    contiguous memory. x16 (plane-major) is not used."""
+    contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
+    K order (rows padded to 128) copied once per program into a ring of STAGES (>= 2) shared-memory slots.
+    x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
-    act = torch.empty((S, I), device=x.device, dtype=torch.float16)
+    act = torch.empty((S, -(-I // 128) * 128 if WGMMA else I), device=x.device, dtype=torch.float16)
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA)
     scale = act16_scale(limit)
-    xq, xs = x_to_f16(x)
+    xq, xs = x_to_f16(x, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
-    _launch(1, xq, xs, r, p1, b1, act, I, alpha, limit, scale, tiles, cfg)
+    _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, tiles, cfg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
@@ -371,7 +450,10 @@ def _rule_registers(cfg, problem):
     """Per thread mlp1 keeps 2 * BLOCK_M * CHUNKS x registers, ROWS * BLOCK_M accumulators (two tiles) and
     16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
     Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
-    and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not."""
+    and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not.
+    WGMMA keeps no x in registers (kernels.linear_mma.wgmma_reason, two row sets)."""
+    if cfg.get("WGMMA"):
+        return wgmma_reason(cfg, sets=2)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     x = 2 * bm * c
     regs = x + rows * bm + 16 * rows * c * (3 if cfg["PREFETCH"] else 1)
@@ -380,14 +462,11 @@ def _rule_registers(cfg, problem):
     return None
 
 
-SHARED_BYTES = 227 * 1024  # the most shared memory one sm_90 program may use
-
-
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes)."""
     stages = cfg.get("STAGES") or 0
-    if not stages:
+    if not stages or cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if stages < 2:
         return f"STAGES={stages}: a ring needs at least 2 slots (0 turns it off)"
@@ -402,12 +481,13 @@ def _rule_ring(cfg, problem):
 
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
-    space={"BLOCK_M": (8, 16, 32, 64), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True)},
+    space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
+           "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
+           "TILED": (False, True), "WGMMA": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
-                "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators",
+                "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
+                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots",
 ))

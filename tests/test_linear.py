@@ -79,6 +79,20 @@ def test_gemv_mma_tiled_weight_gives_the_same_result(m, n, k, device):
         assert rel_err(y, ref) < tol("gemv_mma")
 
 
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
+    """WGMMA stores x in logical K order (x_to_f16(logical=True)) and multiplies the same decoded weights: on
+    the interpreter (the same arithmetic as the Gluon kernel) the result is bit-identical to mma.sync's, K
+    tails included; on a GPU the tensor cores may sum in another order, so there it is held to the bound."""
+    x, w, b, ref = make(m, n, k, seed=m + 2 * n, dev=device)
+    for cfg, stages in (({"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "num_warps": 4}, 2),
+                        ({"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 8, "TILED": True}, 3)):
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", WGMMA=True, STAGES=stages, **cfg)
+        assert rel_err(y, ref) < tol("gemv_mma")
+        if device == "cpu":
+            assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg))
+
+
 def test_tile_layout_places_each_row_chunk(device):
     """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
     2i + 1 land at group rows i and half + i; the tiled copy is cached and cannot be tiled again."""
@@ -138,6 +152,23 @@ def test_shared_memory_rule_rules_out_configs_that_cannot_launch():
     big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
     assert "shared memory" in K.VARIANTS["gemv_tc16"].reason(big, problem)
     assert K.VARIANTS["gemv_tc16"].reason({**big, "num_stages": 2}, problem) is None
+
+
+def test_x_to_f16_logical_order_is_the_mma_fragments_k_order(device):
+    """logical=True rows are the word-major rows permuted within each 128-K chunk exactly as gemv_mma's B
+    fragments read them (stored position 32 t + 8 i + 4 s + 2 h + e -> logical 32 i + 16 s + 8 h + 2 t + e),
+    zero past K, and logical_pos inverts logical_elem."""
+    from kernels.linear_f16 import x_to_f16
+
+    x = torch.randn(3, 160).to(torch.bfloat16).to(device)
+    words, xs = x_to_f16(x, pad=128)
+    logical, xs2 = x_to_f16(x, logical=True)
+    assert torch.equal(xs, xs2) and logical.shape == (3, 256) and words.shape == (3, 256)
+    w = words.view(3, 2, 4, 4, 2, 2, 2)  # [M, chunk, t, i, s, h, e]
+    assert torch.equal(logical, w.permute(0, 1, 3, 4, 5, 2, 6).reshape(3, 256))
+    q = torch.arange(128)
+    el = (q // 2 % 4) * 32 + (q // 32) * 8 + (q % 2) * 4 + (q // 16 % 2) * 2 + q // 8 % 2
+    assert sorted(el.tolist()) == list(range(128))
 
 
 def test_x_to_f16_planes_hold_the_pairs_of_each_weight_word(device):

@@ -213,8 +213,12 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 4, "PREFETCH": False, "num_warps": 4, "TILED": True, "MAXNREG": 128},
     {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": True, "num_warps": 2, "TILED": True},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "TILED": True, "STAGES": 3},
+    # wgmma: x and act in logical K order, rows padded to 128 (act's padding columns zeroed by mlp1)
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 2},
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 8, "WGMMA": True, "STAGES": 3,
+     "TILED": True},
 ])
-def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
+def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
     or with STAGES streams every step through a ring of zero-filled cp.async copies; H=288 and I=160 give mlp1
     2 or 1 full steps plus a 32-wide tail and mlp2 one step plus a tail. Columns past a tile's end (I=160 is
@@ -228,8 +232,19 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device):
     x = torch.randn(t, h, generator=g).to(torch.bfloat16)
     ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
     r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    if cfg.get("WGMMA"):  # every float buffer starts as NaN: a padding column left unwritten poisons the output
+        empty = torch.empty
+
+        def nan_empty(*a, **kw):
+            out = empty(*a, **kw)
+            return out.fill_(float("nan")) if out.is_floating_point() else out
+
+        monkeypatch.setattr(torch, "empty", nan_empty)
     y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
+    if cfg.get("WGMMA") and device == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
+        same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES")}
+        assert torch.equal(y, K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
         untiled = {**cfg, "TILED": False}
         assert torch.equal(y, K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)),
