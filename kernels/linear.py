@@ -394,9 +394,10 @@ register(Variant(
 
 
 def _rule_mma_registers(cfg, problem):
-    """gemv_mma (mma.sync) keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step), ROWS * BLOCK_M / 2
-    accumulators and 8 * ROWS * CHUNKS weight words (twice with PREFETCH). The estimate is rough: the sm_90 build
-    of BLOCK_M=64, ROWS=2 (estimate 208) takes 188 registers without spilling; past ~210 builds spill."""
+    """gemv_mma (mma.sync) keeps per thread 2 * BLOCK_M * CHUNKS x registers (its B fragments of a K step),
+    ROWS * BLOCK_M / 2 accumulators and 8 * ROWS * CHUNKS weight words (twice with PREFETCH). The estimate is
+    rough: the sm_90 build of BLOCK_M=64, ROWS=2 (estimate 208) takes 188 registers without spilling; past ~210
+    builds spill. WGMMA keeps no x in registers (kernels.linear_mma.wgmma_reason)."""
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     if cfg.get("STAGES", 3) != 3:

@@ -27,10 +27,18 @@ import torch
 
 from ._triton import INTERPRETED, tl, triton
 from .decode import tc_dot
-from .linear_f16 import x_to_f16
-from .linear_f16 import logical_pos
-from .linear_mma import (SHARED_BYTES, _decode_chunks, _scale_mult, _tile_offsets, _x_step, gluon, mma_layouts,
-                         wg_layouts, wgmma_reason)
+from .linear_f16 import logical_pos, x_to_f16
+from .linear_mma import (
+    SHARED_BYTES,
+    _decode_chunks,
+    _scale_mult,
+    _tile_offsets,
+    _x_step,
+    gluon,
+    mma_layouts,
+    wg_layouts,
+    wgmma_reason,
+)
 from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
 from .prepare import tile_mxfp4
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -38,7 +46,6 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
-
     from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
 
     from .linear_mma import _g_step, _g_wg_issue, _g_x_issue, _g_x_ready, ring_layouts
