@@ -46,9 +46,7 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
-    from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
-
-    from .linear_mma import _g_step, _g_wg_issue, _g_x_issue, _g_x_ready, ring_layouts
+    from .linear_mma import _g_step, _g_wg_loop, ring_layouts
 
 
 @triton.jit
@@ -342,52 +340,48 @@ if gluon is not None:
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                       TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr):
-        """moe_mma's K loop on wgmma (WGMMA=True): the expert tile's gathered x rows (logical K order) go once
-        per program through a cp.async ring of STAGES shared-memory slots; the next step's weight words are
-        loaded while this step is decoded; mlp1's gate and linear tiles are two wgmmas on the same x slot."""
+                       TILED: gl.constexpr, STAGES: gl.constexpr, WAIT: gl.constexpr, LW: gl.constexpr,
+                       LX: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
+                       EPI: gl.constexpr):
+        """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_loop): the expert tile's gathered x
+        rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
+        BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
+        brings each column's pair into one thread (layout EPI, through shared memory)."""
         tile = gl.program_id(0)
         if tile < gl.load(tiles_ptr + E):
-            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, _, _ = _g_tile(
+            e, m0, end, w_e, s_e, _, _, _, _, group, block, _, _ = _g_tile(
                 tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
                 BLOCK_N, CHUNKS, TILED, LW, LX)
-            KW = K // 8
-            KB = K // 32
+            LS: gl.constexpr = gl.SliceLayout(3, LW)
+            LC: gl.constexpr = gl.SliceLayout(2, LS)
+            r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC))
+            COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
+            ra, rb = _g_rows(gl.program_id(1) * COLS + r % COLS, N, PHASE, TILED)
+            rows = gl.where(r < COLS, ra, rb)
+            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+            wofs, sofs = _g_tile_offsets(rows, cc, t, i, K // 8, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-            A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-            acc_a = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-            acc_b = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-            STEP: gl.constexpr = CHUNKS * 16
-            steps = gl.cdiv(KW, STEP)
-            for q in gl.static_range(STAGES - 1):
-                _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
-            va_n, sva_n = _g_load(w_e, s_e, wa, sa, group, block, 0, KW, KB, STEP, True, TILED)
-            vb_n, svb_n = va_n, sva_n
+            acc = _g_wg_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), w_e, s_e, wofs, sofs, group, block,
+                             x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES, WAIT,
+                             gl.DotOperandLayout(0, MMA, 2))
             if PHASE == 1:
-                vb_n, svb_n = _g_load(w_e, s_e, wb, sb, group, block, 0, KW, KB, STEP, True, TILED)
-            for c in range(0, steps):
-                va, sva, vb, svb = va_n, sva_n, vb_n, svb_n
-                more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
-                va_n, sva_n = _g_load(w_e, s_e, wa, sa, group, block, c + 1, KW * more, KB * more, STEP, True, TILED)
-                if PHASE == 1:
-                    vb_n, svb_n = _g_load(w_e, s_e, wb, sb, group, block, c + 1, KW * more, KB * more, STEP, True,
-                                          TILED)
-                x_slot = _g_x_ready(xsm, c, STAGES)
-                _g_x_issue(xsm, x_ptr, xofs, c + STAGES - 1, steps, STEP, STAGES)
-                acc_a = _g_wg_issue(acc_a, va, sva, x_slot, SMAX, A_L)
-                if PHASE == 1:
-                    acc_b = _g_wg_issue(acc_b, vb, svb, x_slot, SMAX, A_L)
-                    acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-                else:
-                    acc_a = warpgroup_mma_wait(0, deps=[acc_a])
-            async_copy.wait_group(0)
-            j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+                pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
+                half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
+                acc_a = gl.sum(gl.where(half == 0, pair, 0.0), axis=0)
+                acc_b = gl.sum(gl.where(half == 1, pair, 0.0), axis=0)
+                j = gl.program_id(1) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, gl.SliceLayout(0, EPI)))
+                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, gl.SliceLayout(0, EPI)))
+            else:
+                acc_a = acc
+                acc_b = acc
+                j = gl.program_id(1) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
+                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
                         alpha, limit, act_scale, SMAX, PHASE, True)
 
@@ -396,7 +390,9 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
-    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, BN))
+    compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
+    cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
     if cfg["TILED"]:
         p = tile_mxfp4(p, deinterleave=phase == 1)
     args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
@@ -405,12 +401,14 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
-    elif cfg["WGMMA"]:
-        LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
-        _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
+    elif compiled_wg:
+        nw = cfg["num_warps"]
+        LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
+        _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
+        EPI = gl.BlockedLayout([2, 1, 1], [1, 4, 8], [1, nw, 1], [0, 2, 1])  # a column's gate/linear pair per thread
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
-        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA, LXCP=LXCP, SX=SX,
-                             num_warps=cfg["num_warps"], **extra)
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], WAIT=cfg["WAIT"], LW=LW, LX=LX, MMA=MMA,
+                             LXCP=LXCP, SX=SX, EPI=EPI, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
@@ -424,7 +422,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, WAIT=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -433,8 +431,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     registers (the compiled kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's
     chunk-major copies of the weights (w1 de-interleaved; made on first use, cached), where each warp streams
     contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
-    K order (rows padded to 128) copied once per program into a ring of STAGES (>= 2) shared-memory slots.
-    x16 (plane-major) is not used."""
+    K order (rows padded to 128) copied once per program into a ring of STAGES (>= 2 + WAIT) shared-memory
+    slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows (one accumulator);
+    WAIT = 1 keeps each step's MMA in flight across the next step's decode. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -443,7 +442,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, WAIT=WAIT)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
@@ -458,9 +457,9 @@ def _rule_registers(cfg, problem):
     16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
     Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
     and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not.
-    WGMMA keeps no x in registers (kernels.linear_mma.wgmma_reason, two row sets)."""
+    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason)."""
     if cfg.get("WGMMA"):
-        return wgmma_reason(cfg, sets=2)
+        return wgmma_reason(cfg)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     x = 2 * bm * c
     regs = x + rows * bm + 16 * rows * c * (3 if cfg["PREFETCH"] else 1)
@@ -473,7 +472,11 @@ def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes)."""
     stages = cfg.get("STAGES") or 0
-    if not stages or cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
+    if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
+        return None
+    if cfg.get("WAIT"):
+        return "WAIT applies only with WGMMA"
+    if not stages:
         return None
     if stages < 2:
         return f"STAGES={stages}: a ring needs at least 2 slots (0 turns it off)"
@@ -490,9 +493,9 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "WAIT": (0, 1)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "WAIT": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
