@@ -46,6 +46,7 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
     from .linear_mma import _g_step, _g_wg_loop, ring_layouts
 
 
