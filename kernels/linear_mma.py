@@ -233,26 +233,25 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
-                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, WAIT: gl.constexpr,
-                   A_L: gl.constexpr):
+                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr):
         """The K loop on wgmma: acc [rows, BM] += decoded weights (rows' words at wofs, scales at sofs) @ x.
 
         Weights: the next step's words are loaded into registers while this step is decoded straight into
         wgmma's A registers (no data movement, checked). x (logical K order, rows at xofs): cp.async copies into
-        a ring of STAGES shared-memory slots, STAGES - 1 - WAIT steps ahead, read transposed as B. WAIT = 1
-        leaves each step's MMA in flight while the next step is loaded and decoded (its A registers are kept
-        alive until then); a step's slot is refilled only after every warp's wait has retired its MMA (the
-        barrier that publishes each step's x orders the two)."""
+        a ring of STAGES shared-memory slots, STAGES - 1 steps ahead, read transposed as B. Each step waits for
+        its MMA before the next decode: leaving it in flight (wait(1)) gave wrong results on the H100, likely
+        as the registers wgmma reads are packed copies of A that nothing keeps alive (the WAIT=1 points of
+        results/20261123T050813-h100-80gb-hbm3-moe-mma-wgmma). A slot is refilled only after every warp passed
+        the barrier that publishes the next step's x, i.e. after every warp's MMA on it."""
         STEP: gl.constexpr = CHUNKS * 16  # words per row and step
         WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
         SSTEP: gl.constexpr = STEP // 4 * (16 if TILED else 1)
-        AHEAD: gl.constexpr = STAGES - 1 - WAIT
+        AHEAD: gl.constexpr = STAGES - 1
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(AHEAD):
             _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         v_n = gl.load(w_ptr + wofs, mask=group < KW, other=0)
         s_n = gl.load(s_ptr + sofs, mask=block < KB, other=0)
-        a_prev = gl.zeros([acc.shape[0], 128 * CHUNKS], gl.float16, A_L)
         for c in range(0, steps):
             v, s = v_n, s_n
             more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
@@ -262,20 +261,18 @@ if gluon is not None:
             a = gl.convert_layout(w, A_L, assert_trivial=True)
             async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
             fence_async_shared()
-            gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1 - WAIT's MMA
+            gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
             _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES)
             acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
-            acc, a_prev = warpgroup_mma_wait(WAIT, deps=[acc, a_prev])
-            a_prev = a
-        acc = warpgroup_mma_wait(0, deps=[acc])
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
     @gluon.jit
     def _wg_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                   TILED: gl.constexpr, STAGES: gl.constexpr, WAIT: gl.constexpr, LW: gl.constexpr,
-                   LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr):
+                   TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LXCP: gl.constexpr,
+                   MMA: gl.constexpr, SX: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_loop): x goes once per program through shared memory
         instead of into every warp's registers."""
         pid_n = gl.program_id(0)
@@ -293,7 +290,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = _g_wg_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), w_ptr, s_ptr, wofs, sofs, group, block,
-                         x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES, WAIT,
+                         x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES,
                          gl.DotOperandLayout(0, MMA, 2))
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -330,25 +327,24 @@ SHARED_BYTES = 227 * 1024  # the most shared memory one sm_90 program may use
 
 def wgmma_reason(cfg: dict) -> str | None:
     """Why a WGMMA config of gemv_mma / moe_mma cannot run (None if it can). Per thread: ROWS * BLOCK_M / 2
-    accumulators, 32 * ROWS * CHUNKS decoded A registers (twice with WAIT=1) and 16 * ROWS * CHUNKS words
-    (this step's and the next). Fitted to sm_90 builds (triton 3.6, gpt-oss shapes): estimates up to 224 with
-    at most 64 accumulators took 190-222 registers without spilling; BLOCK_M=256 (128 accumulators) spilled."""
+    accumulators, 32 * ROWS * CHUNKS decoded A registers and 16 * ROWS * CHUNKS words (this step's and the
+    next). Fitted to sm_90 builds (triton 3.6, gpt-oss shapes): estimates up to 224 with at most 64
+    accumulators took 190-222 registers without spilling; BLOCK_M=256 (128 accumulators) spilled."""
     if cfg["num_warps"] % 4:
         return f"num_warps={cfg['num_warps']}: wgmma runs on whole warpgroups (multiples of 4 warps)"
     if cfg.get("PREFETCH"):
         return "WGMMA always prefetches the next step's words (PREFETCH would repeat a config)"
     rows, c = cfg["ROWS"], cfg["CHUNKS"]
-    wait = cfg.get("WAIT", 0)
     acc = rows * cfg["BLOCK_M"] // 2
-    regs = acc + (32 * (1 + wait) + 16) * rows * c
+    regs = acc + 48 * rows * c
     if regs > 224 or acc > 64:
-        return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + (32*(1+WAIT)+16)*ROWS*"
-                "CHUNKS > 224 or ROWS*BLOCK_M/2 > 64: larger builds spill)")
+        return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
+                "ROWS*BLOCK_M/2 > 64: larger builds spill)")
     need = cfg["STAGES"] * cfg["BLOCK_M"] * 256 * c
     if need > SHARED_BYTES:
         return f"x ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
-    if cfg["STAGES"] < 2 + wait:
-        return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 + WAIT slots"
+    if cfg["STAGES"] < 2:
+        return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
     return None
 
 
@@ -396,15 +392,14 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, WAIT=0):
+                 WGMMA=False, STAGES=3):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
     chunk-major copy of the weight (made on first use, cached on p), where each warp streams contiguous memory.
     MAXNREG caps the registers per thread (ptxas spills past it). WGMMA multiplies with sm_90's wgmma: the
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
-    slots (the next step's words always prefetched); WAIT = 1 keeps each step's MMA in flight across the next
-    step's decode."""
+    slots (the next step's words always prefetched)."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -421,7 +416,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
-        _wg_kernel[grid](*args, **meta, STAGES=STAGES, WAIT=WAIT, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX, num_warps=num_warps,
+        _wg_kernel[grid](*args, **meta, STAGES=STAGES, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX, num_warps=num_warps,
                          **extra)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

@@ -144,7 +144,11 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
         for c in range(0, tl.cdiv(KW, STEP)):
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
-            xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < KP, other=0.0), LOGICAL)
+            if LOGICAL:  # as the compiled WGMMA kernel: whole steps copied unmasked (rows padded to them)
+                tl.device_assert(KP % (STEP * 8) == 0, "x rows must be padded to whole K steps")
+                xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8), LOGICAL)
+            else:
+                xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0), LOGICAL)
             va = tl.load(w_e + wa + c * WSTEP, mask=wm, other=0)
             sva = tl.load(s_e + sa + c * SSTEP, mask=sm, other=0)
             acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sva, SMAX)[:, :, :, None]), xb,
@@ -341,9 +345,8 @@ if gluon is not None:
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                       TILED: gl.constexpr, STAGES: gl.constexpr, WAIT: gl.constexpr, LW: gl.constexpr,
-                       LX: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
-                       EPI: gl.constexpr):
+                       TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
+                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_loop): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -369,7 +372,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
             acc = _g_wg_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), w_e, s_e, wofs, sofs, group, block,
-                             x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES, WAIT,
+                             x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES,
                              gl.DotOperandLayout(0, MMA, 2))
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
@@ -408,7 +411,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         EPI = gl.BlockedLayout([2, 1, 1], [1, 4, 8], [1, nw, 1], [0, 2, 1])  # a column's gate/linear pair per thread
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
-        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], WAIT=cfg["WAIT"], LW=LW, LX=LX, MMA=MMA,
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
@@ -423,7 +426,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, WAIT=0):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -432,20 +435,21 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     registers (the compiled kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's
     chunk-major copies of the weights (w1 de-interleaved; made on first use, cached), where each warp streams
     contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
-    K order (rows padded to 128) copied once per program into a ring of STAGES (>= 2 + WAIT) shared-memory
-    slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows (one accumulator);
-    WAIT = 1 keeps each step's MMA in flight across the next step's decode. x16 (plane-major) is not used."""
+    K order (rows padded to whole steps of 128 * CHUNKS) copied once per program into a ring of STAGES (>= 2)
+    shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
+    (one accumulator). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
-    act = torch.empty((S, -(-I // 128) * 128 if WGMMA else I), device=x.device, dtype=torch.float16)
+    step = 128 * CHUNKS  # WGMMA copies whole steps of x unmasked: rows padded to them, zeros past K
+    act = torch.empty((S, -(-I // step) * step if WGMMA else I), device=x.device, dtype=torch.float16)
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, WAIT=WAIT)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA)
     scale = act16_scale(limit)
-    xq, xs = x_to_f16(x, logical=WGMMA)
+    xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
     _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, tiles, cfg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
@@ -475,8 +479,6 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
-    if cfg.get("WAIT"):
-        return "WAIT applies only with WGMMA"
     if not stages:
         return None
     if stages < 2:
@@ -494,9 +496,9 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True), "WAIT": (0, 1)},
+           "TILED": (False, True), "WGMMA": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "WAIT": 0},
+              "STAGES": 0, "TILED": False, "WGMMA": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

@@ -216,9 +216,8 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     # wgmma: x and act in logical K order, rows padded to 128 (act's padding columns zeroed by mlp1)
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 2},
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 8, "WGMMA": True, "STAGES": 3,
-     "TILED": True, "WAIT": 1},
-    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 4,
-     "WAIT": 1},
+     "TILED": True},
+    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 4},
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
@@ -245,7 +244,7 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
     if cfg.get("WGMMA") and device == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
-        same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES", "WAIT")}
+        same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES")}
         assert torch.equal(y, K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
         untiled = {**cfg, "TILED": False}
@@ -264,15 +263,14 @@ def test_moe_mma_register_rule():
 
 
 def test_moe_mma_wgmma_rule():
-    """WGMMA needs whole warpgroups, 2 + WAIT ring slots and builds that do not spill; WAIT needs WGMMA."""
+    """WGMMA needs whole warpgroups, 2 ring slots and builds that do not spill."""
     v = K.VARIANTS["moe_mma"]
     problem = {"op": "moe", "m": 64, "tokens": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    wg = {**v.defaults, "WGMMA": True, "STAGES": 3, "BLOCK_M": 128, "CHUNKS": 1, "num_warps": 8, "WAIT": 1}
+    wg = {**v.defaults, "WGMMA": True, "STAGES": 3, "BLOCK_M": 128, "CHUNKS": 1, "num_warps": 8}
     assert v.reason(wg, problem) is None
     assert "warpgroups" in v.reason({**wg, "num_warps": 2}, problem)
-    assert "2 + WAIT" in v.reason({**wg, "STAGES": 2}, problem)
-    assert "spill" in v.reason({**wg, "BLOCK_M": 256, "WAIT": 0}, problem)  # 128 accumulators spilled on sm_90
-    assert "only with WGMMA" in v.reason({**v.defaults, "WAIT": 1}, problem)
+    assert "2 slots" in v.reason({**wg, "STAGES": 1}, problem)
+    assert "spill" in v.reason({**wg, "BLOCK_M": 256}, problem)  # 128 accumulators spilled on sm_90
 
 
 def test_moe_mma_ring_rule():
