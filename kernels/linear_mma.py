@@ -275,8 +275,8 @@ if gluon is not None:
                    MMA: gl.constexpr, SX: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_loop): x goes once per program through shared memory
         instead of into every warp's registers."""
-        pid_n = gl.program_id(0)
-        pid_m = gl.program_id(1)
+        pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
+        pid_n = gl.program_id(1)
         LS: gl.constexpr = gl.SliceLayout(3, LW)
         LC: gl.constexpr = gl.SliceLayout(2, LS)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N - 1)
@@ -416,8 +416,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
-        _wg_kernel[grid](*args, **meta, STAGES=STAGES, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX, num_warps=num_warps,
-                         **extra)
+        _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
+                               num_warps=num_warps, **extra)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

@@ -350,8 +350,10 @@ if gluon is not None:
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_loop): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
-        brings each column's pair into one thread (layout EPI, through shared memory)."""
-        tile = gl.program_id(0)
+        brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
+        token tiles): the programs running together share one x tile and one expert's weights, which stay in
+        L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound)."""
+        tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         if tile < gl.load(tiles_ptr + E):
             e, m0, end, w_e, s_e, _, _, _, _, group, block, _, _ = _g_tile(
                 tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
@@ -360,7 +362,7 @@ if gluon is not None:
             LC: gl.constexpr = gl.SliceLayout(2, LS)
             r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-            ra, rb = _g_rows(gl.program_id(1) * COLS + r % COLS, N, PHASE, TILED)
+            ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rows = gl.where(r < COLS, ra, rb)
             cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
             t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
@@ -379,12 +381,12 @@ if gluon is not None:
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
                 acc_a = gl.sum(gl.where(half == 0, pair, 0.0), axis=0)
                 acc_b = gl.sum(gl.where(half == 1, pair, 0.0), axis=0)
-                j = gl.program_id(1) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, gl.SliceLayout(0, EPI)))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, gl.SliceLayout(0, EPI)))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, gl.SliceLayout(0, EPI)))
             else:
                 acc_a = acc
                 acc_b = acc
-                j = gl.program_id(1) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
                         alpha, limit, act_scale, SMAX, PHASE, True)
@@ -397,6 +399,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
+    if compiled_wg:
+        grid = grid[::-1]
     if cfg["TILED"]:
         p = tile_mxfp4(p, deinterleave=phase == 1)
     args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
