@@ -269,10 +269,65 @@ if gluon is not None:
         return acc
 
     @gluon.jit
+    def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c, steps, KW, KB,
+                      STEP: gl.constexpr, STAGES: gl.constexpr):
+        """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
+        reads later) and scale bytes (a row's 4 per chunk, contiguous in tile_mxfp4's layout, which is
+        zero-padded to whole chunks) into ring slot c % STAGES, as one group; past the last step nothing
+        (zero-filled)."""
+        slot = c % STAGES
+        async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
+                                               mask=c * STEP + group < KW)
+        async_copy.async_copy_global_to_shared(ssm.index(slot), s_ptr + scofs + c * (STEP * 4),
+                                               mask=c * (STEP // 16) + scblock < (KW + 15) // 16)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
+                        CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr):
+        """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
+        a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
+        register prefetch the loaded words are copied into the next step's registers within the step, which
+        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute)."""
+        STEP: gl.constexpr = CHUNKS * 16
+        steps = gl.cdiv(KW, STEP)
+        for q in gl.static_range(STAGES - 1):
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
+                          STEP, STAGES)
+        for c in range(0, steps):
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
+            fence_async_shared()
+            gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
+            slot = c % STAGES
+            v = wsm.index(slot).load(LW)
+            s = ssm.index(slot).load(gl.SliceLayout(3, LW))
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
+                          steps, KW, KB, STEP, STAGES)
+            w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        async_copy.wait_group(0)
+        return acc
+
+    @gluon.jit
+    def _g_scale_copy(rows, KW, CHUNKS: gl.constexpr, LSC: gl.constexpr):
+        """Offsets of step 0's scale bytes [rows, chunks, 4 (t)] in tile_mxfp4's layout, in the copy layout LSC
+        (rows given in any layout; a row's 4 bytes are one 4-byte copy), and each byte's chunk (the mask)."""
+        r = gl.convert_layout(rows, gl.SliceLayout(1, gl.SliceLayout(2, LSC)))
+        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LSC)))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LSC)))
+        srow = gl.multiple_of((r // 16) * (((KW + 15) // 16) * 64) + (r % 16) * 4, 4)
+        ofs = srow[:, None, None] + (cc * 64)[None, :, None] + t[None, None, :]
+        return ofs, cc[None, :, None]
+
+    @gluon.jit
     def _wg_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                   TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LXCP: gl.constexpr,
-                   MMA: gl.constexpr, SX: gl.constexpr):
+                   TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
+                   LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
+                   LSC: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_loop): x goes once per program through shared memory
         instead of into every warp's registers."""
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -289,9 +344,16 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-        acc = _g_wg_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), w_ptr, s_ptr, wofs, sofs, group, block,
-                         x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES,
-                         gl.DotOperandLayout(0, MMA, 2))
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+        if RING_W:
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+            ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
+            scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
+            acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, gl.DotOperandLayout(0, MMA, 2))
+        else:
+            acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
+                             CHUNKS, TILED, STAGES, gl.DotOperandLayout(0, MMA, 2))
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -340,9 +402,12 @@ def wgmma_reason(cfg: dict) -> str | None:
     if regs > 224 or acc > 64:
         return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
                 "ROWS*BLOCK_M/2 > 64: larger builds spill)")
-    need = cfg["STAGES"] * cfg["BLOCK_M"] * 256 * c
+    ring_w = cfg.get("RING_W", False)
+    if ring_w and not cfg.get("TILED"):
+        return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
+    need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
     if need > SHARED_BYTES:
-        return f"x ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
+        return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
         return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
     return None
@@ -358,6 +423,16 @@ def wg_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     copy = gl.BlockedLayout([1, 8], [32 // cols, cols], [num_warps, 1], [1, 0])
     MMA = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_M, 16])
     return LW, copy, MMA, gl.NVMMASharedLayout.get_default_for([BLOCK_M, 128 * CHUNKS], gl.float16)
+
+
+@functools.cache
+def wg_ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
+    """(word slot, scale slot, scale copy layout) of RING_W: words as ring_layouts stores them, scale bytes
+    [BLOCK_N, CHUNKS, 4] plainly, copied 16 bytes (4 rows x 4) per thread."""
+    SW, _, _ = ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+    SS = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
+    LSC = gl.BlockedLayout([4, 1, 4], [32, 1, 1], [num_warps, 1, 1], [2, 0, 1])
+    return SW, SS, LSC
 
 
 @functools.cache
@@ -392,14 +467,15 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3):
+                 WGMMA=False, STAGES=3, RING_W=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
     chunk-major copy of the weight (made on first use, cached on p), where each warp streams contiguous memory.
     MAXNREG caps the registers per thread (ptxas spills past it). WGMMA multiplies with sm_90's wgmma: the
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
-    slots (the next step's words always prefetched)."""
+    slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
+    the same ring)."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -415,9 +491,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+        SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
-        _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               num_warps=num_warps, **extra)
+        _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
+                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

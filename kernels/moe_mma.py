@@ -47,7 +47,7 @@ if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-    from .linear_mma import _g_step, _g_wg_loop, ring_layouts
+    from .linear_mma import _g_scale_copy, _g_step, _g_wg_loop, _g_wg_ring_loop, ring_layouts, wg_ring_layouts
 
 
 @triton.jit
@@ -345,8 +345,9 @@ if gluon is not None:
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                       TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr):
+                       TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
+                       LX: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr,
+                       SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_loop): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -373,9 +374,16 @@ if gluon is not None:
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-            acc = _g_wg_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), w_e, s_e, wofs, sofs, group, block,
-                             x_ptr, xofs, xsm, K // 8, K // 32, SMAX, CHUNKS, TILED, STAGES,
-                             gl.DotOperandLayout(0, MMA, 2))
+            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+            if RING_W:
+                wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+                ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
+                scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
+                acc = _g_wg_ring_loop(acc, w_e, wofs, group, s_e, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
+                                      K // 32, SMAX, CHUNKS, STAGES, LW, gl.DotOperandLayout(0, MMA, 2))
+            else:
+                acc = _g_wg_loop(acc, w_e, s_e, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
+                                 CHUNKS, TILED, STAGES, gl.DotOperandLayout(0, MMA, 2))
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
@@ -415,8 +423,9 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         EPI = gl.BlockedLayout([2, 1, 1], [1, 4, 8], [1, nw, 1], [0, 2, 1])  # a column's gate/linear pair per thread
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
-        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, num_warps=nw, **extra)
+        SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, LX=LX, MMA=MMA,
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
@@ -430,7 +439,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -441,7 +450,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
     K order (rows padded to whole steps of 128 * CHUNKS) copied once per program into a ring of STAGES (>= 2)
     shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
-    (one accumulator). x16 (plane-major) is not used."""
+    (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring.
+    x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -451,7 +461,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
@@ -483,6 +493,8 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
+    if cfg.get("RING_W"):
+        return "RING_W applies only with WGMMA"
     if not stages:
         return None
     if stages < 2:
@@ -500,9 +512,9 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

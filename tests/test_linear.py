@@ -86,7 +86,9 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
     tails included; on a GPU the tensor cores may sum in another order, so there it is held to the bound."""
     x, w, b, ref = make(m, n, k, seed=m + 2 * n, dev=device)
     for cfg, ring in (({"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "num_warps": 4}, {"STAGES": 2}),
-                      ({"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 8, "TILED": True}, {"STAGES": 4})):
+                      ({"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 8, "TILED": True}, {"STAGES": 4}),
+                      ({"BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "TILED": True},
+                       {"STAGES": 3, "RING_W": True})):
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", WGMMA=True, **ring, **cfg)
         assert rel_err(y, ref) < tol("gemv_mma")
         if device == "cpu":

@@ -218,6 +218,11 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 8, "WGMMA": True, "STAGES": 3,
      "TILED": True},
     {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 4},
+    # RING_W: tile_mxfp4's words and scales through the same ring (the compiled kernel; same arithmetic)
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 3,
+     "TILED": True, "RING_W": True},
+    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 8, "WGMMA": True, "STAGES": 2,
+     "TILED": True, "RING_W": True},
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
@@ -244,10 +249,10 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
     if cfg.get("WGMMA") and device == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
-        same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES")}
+        same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES", "RING_W")}
         assert torch.equal(y, K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
-        untiled = {**cfg, "TILED": False}
+        untiled = {**cfg, "TILED": False, "RING_W": False}
         assert torch.equal(y, K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)),
                                           variant="moe_mma", **untiled))
 
@@ -271,6 +276,10 @@ def test_moe_mma_wgmma_rule():
     assert "warpgroups" in v.reason({**wg, "num_warps": 2}, problem)
     assert "2 slots" in v.reason({**wg, "STAGES": 1}, problem)
     assert "spill" in v.reason({**wg, "BLOCK_M": 256}, problem)  # 128 accumulators spilled on sm_90
+    assert "needs TILED" in v.reason({**wg, "RING_W": True}, problem)
+    assert v.reason({**wg, "RING_W": True, "TILED": True}, problem) is None
+    assert "shared memory" in v.reason({**wg, "RING_W": True, "TILED": True, "STAGES": 7}, problem)
+    assert "only with WGMMA" in v.reason({**v.defaults, "RING_W": True}, problem)
 
 
 def test_moe_mma_ring_rule():
