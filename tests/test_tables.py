@@ -82,4 +82,5 @@ def test_package_tables_come_from_committed_h100_runs():
     assert pick_linear(lm_head)[0] == tm.LINEAR_TABLES[(201088, 2880)][0][1]
     moe = {"m": 4096, "tokens": 4096, "experts": 128, "n": 5760, "k": 2880, "top_k": 4, "scale_min": 118,
            "scale_max": 124}
-    assert pick_moe(moe)[0] == "moe_tc"
+    variant, cfg = pick_moe(moe)[:2]
+    assert variant == "moe_mma" and cfg["WGMMA"] and not cfg["TILED"]  # prefill: wgmma on the row-major weights
