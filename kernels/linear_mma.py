@@ -25,6 +25,11 @@ most 24 binades; fp16 activations rescaled per token by a power of two; fp32 acc
 TILED reads the same words from tile_mxfp4's chunk-major copy (kernels/prepare.py): each warp's 16 rows then
 stream as one contiguous run, 10-21% faster on the lm_head at 2-64 tokens (results/20261123T040728-...-linear-
 tiled); the lanes' fragments and the K order do not change, so the result is bit-identical.
+
+WGMMA hands the same A registers to sm_90's wgmma (each warp's wgmma A fragment is its mma.sync A fragment);
+B, x stored in logical K order (x_to_f16(logical=True)), is copied once per program into a cp.async ring in
+shared memory instead of into every warp's registers, which lets token tiles grow to 128 (lm_head 16 tokens:
+83% of the floor, results/20261123T053338-...-linear-wgmma). Same arithmetic, so the twin covers it too.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ most 24 binades), fp16 activations rescaled per token (mlp1) or by act16_scale (
 
 Options measured on the H100: TILED (read tile_mxfp4's chunk-major copies: 2-23% faster, results/20261123T040447-
 ...-moe-mma-tiled) and STAGES (a cp.async ring in shared memory instead of register loads: slower at most points,
-...035210-...-moe-mma-ring; kept for the comparison).
+...035210-...-moe-mma-ring; kept for the comparison) and WGMMA (sm_90 wgmma on the same decoded registers, x in
+logical K order through a cp.async ring, mlp1's gate and linear rows stacked in one accumulator; RING_W: the
+weights through the ring too): 1.3-1.8x faster from 512 tokens, still issue-bound by the decode there
+(results/20261123T053157-...-moe-mma-wgmma, ...051500-...-ncu-moe-wgmma).
 """
 
 from __future__ import annotations
