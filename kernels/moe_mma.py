@@ -83,8 +83,9 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
               limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
     """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
     act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
-    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunk of a
-    row of OUTW (a multiple of 128): the programs holding the last columns zero them (mlp2 reads them)."""
+    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunks of a
+    row of OUTW (whole K steps): the program holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2
+    reads them)."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
     wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
@@ -99,10 +100,11 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
         if LOGICAL:
             tl.store(row + (j - j % 128 + logical_pos(j % 128))[:, None], (a * act_scale).to(tl.float16),
                      mask=mmask[None, :] & (j < half)[:, None])
-            jz = j + (OUTW - half)  # the padding column this column's program zeroes, if any
-            zmask = mmask[None, :] & ((jz >= half) & (jz < OUTW))[:, None]
-            tl.store(row + (jz - jz % 128 + logical_pos(jz % 128))[:, None], tl.where(zmask, 0.0, 0.0).to(tl.float16),
-                     mask=zmask)
+            for q in range(0, tl.cdiv(OUTW - half, half)):  # padding column half * (q + 1) + j, once per column
+                jz = half * (q + 1) + j
+                zmask = mmask[None, :] & ((jz < OUTW) & (j < half))[:, None]
+                tl.store(row + (jz - jz % 128 + logical_pos(jz % 128))[:, None],
+                         tl.where(zmask, 0.0, 0.0).to(tl.float16), mask=zmask)
         else:
             tl.store(row + word_major_pos(j)[:, None], (a * act_scale).to(tl.float16),
                      mask=mmask[None, :] & (j < half)[:, None])
