@@ -48,8 +48,11 @@ def test_kernel_backends_match_the_torch_reference(lm_head, attention):
     ref = GptOss(CFG, w, test.backends.reference())
     report = model_parity(ref, test, toks())
     # the kernels keep bf16 intermediates (SwiGLU output, per-slot rows) where the torch MoE keeps fp32; on
-    # the tiny model's near-flat logits that moves rel_err to ~6.5% while the distributions agree (KL ~2e-3)
-    assert report.logits["kl"] < 0.01 and report.logits["top1_agree"] > 0.9, report.logits
+    # the tiny model's near-flat logits, with routing near-ties that flip experts, that moves rel_err to 8-10%
+    # while the distributions agree (KL 3.4e-3 to 4.6e-3). The top-1 token then agrees at 27-32 of the 32
+    # positions: .device/parity_probe.py on the H100 gave 0.84-1.0 over seeds 0-2 for every backend mix,
+    # torch attention or torch MoE included, so KL is the check and top-1 only guards against a broken model.
+    assert report.logits["kl"] < 0.01 and report.logits["top1_agree"] > 0.8, report.logits
     resid = report.per_component[report.per_component["component"] == "residual"]
     assert resid["rel_err"].max() < 0.1, resid
 
