@@ -165,6 +165,26 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
 
+    @gluon.constexpr_function
+    def row_layout(LW):
+        """Layout of a vector of weight rows that indexes the word layout LW's first dimension."""
+        return gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, LW)))
+
+    @gluon.jit
+    def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr):
+        """Step 0's word offsets [rows, chunks, 4 (t), 4 (i)] (layout LW) and scale-byte offsets of weight rows
+        `rows` (layout row_layout(LW)), with each lane's K positions for the tail masks: its first word
+        (group) and its MXFP4 block (block)."""
+        LS: gl.constexpr = gl.SliceLayout(3, LW)
+        LC: gl.constexpr = gl.SliceLayout(2, LS)
+        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
+        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED)
+        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]  # a lane's 4 words: in or out of K
+        block = (cc * 4)[None, :, None] + t[None, None, :]
+        return wofs, sofs, group, block
+
     @gluon.jit
     def _g_step(acc, v, s, xq, SMAX, A_L: gl.constexpr, B_L: gl.constexpr):
         """One K step: decode, hand both operands to the MMA with no data movement (checked), multiply-add."""
@@ -182,15 +202,8 @@ if gluon is not None:
         pid_m = gl.program_id(1)
         KW = K // 8
         KB = K // 32
-        LS: gl.constexpr = gl.SliceLayout(3, LW)
-        LC: gl.constexpr = gl.SliceLayout(2, LS)
-        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N - 1)
-        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]  # a lane's 4 words: in or out of K
-        block = (cc * 4)[None, :, None] + t[None, None, :]
-        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
+        wofs, sofs, group, block = _g_word_offsets(rows, KW, CHUNKS, TILED, LW)
         WSTEP: gl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
         SSTEP: gl.constexpr = CHUNKS * (64 if TILED else 4)
         LXC: gl.constexpr = gl.SliceLayout(3, LX)
@@ -328,37 +341,42 @@ if gluon is not None:
         return ofs, cc[None, :, None]
 
     @gluon.jit
-    def _wg_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
-                   HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                   TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
-                   LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr):
-        """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_loop): x goes once per program through shared memory
-        instead of into every warp's registers."""
-        pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
-        pid_n = gl.program_id(1)
-        LS: gl.constexpr = gl.SliceLayout(3, LW)
-        LC: gl.constexpr = gl.SliceLayout(2, LS)
-        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N - 1)
-        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
-        block = (cc * 4)[None, :, None] + t[None, None, :]
-        wofs, sofs = _g_tile_offsets(rows, cc, t, i, K // 8, TILED)
-        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
-        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+    def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
+                      LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
+                      LSC: gl.constexpr):
+        """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
+        shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
+        wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+        A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if RING_W:
             wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, gl.DotOperandLayout(0, MMA, 2))
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
-                             CHUNKS, TILED, STAGES, gl.DotOperandLayout(0, MMA, 2))
+                             CHUNKS, TILED, STAGES, A_L)
+        return acc
+
+    @gluon.jit
+    def _wg_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
+                   HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                   TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
+                   LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
+                   LSC: gl.constexpr):
+        """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
+        instead of into every warp's registers."""
+        pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
+        pid_n = gl.program_id(1)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
+        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
+        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+        acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
+                            LW, MMA, SX, SW, SS, LSC)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)

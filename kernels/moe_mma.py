@@ -50,7 +50,7 @@ if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-    from .linear_mma import _g_scale_copy, _g_step, _g_wg_loop, _g_wg_ring_loop, ring_layouts, wg_ring_layouts
+    from .linear_mma import _g_step, _g_wg_program, _g_word_offsets, ring_layouts, row_layout, wg_ring_layouts
 
 
 @triton.jit
@@ -172,7 +172,6 @@ if gluon is not None:
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
-    _g_tile_offsets = gluon.jit(_tile_offsets.fn)
 
     @gluon.jit
     def _g_tile(tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE,
@@ -182,19 +181,11 @@ if gluon is not None:
         from: weight words and scale bytes of the two row sets (layout LW), their K positions for the tail
         masks (group, block), and x's gathered rows (layout LX; K positions xpos)."""
         e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
-        LS: gl.constexpr = gl.SliceLayout(3, LW)
-        LC: gl.constexpr = gl.SliceLayout(2, LS)
-        ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC)), N,
-                         PHASE, TILED)
-        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-        group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]
-        block = (cc * 4)[None, :, None] + t[None, None, :]
+        ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N, PHASE, TILED)
         w_e = w_ptr + e.to(gl.int64) * WE
         s_e = s_ptr + e.to(gl.int64) * SE
-        wa, sa = _g_tile_offsets(ra, cc, t, i, K // 8, TILED)
-        wb, sb = _g_tile_offsets(rb, cc, t, i, K // 8, TILED)
+        wa, sa, group, block = _g_word_offsets(ra, K // 8, CHUNKS, TILED, LW)
+        wb, sb, _, _ = _g_word_offsets(rb, K // 8, CHUNKS, TILED, LW)
         LXC: gl.constexpr = gl.SliceLayout(3, LX)
         rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LXC)))
         src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
@@ -351,9 +342,9 @@ if gluon is not None:
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
-                       LX: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr,
-                       SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr):
-        """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_loop): the expert tile's gathered x
+                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
+                       SS: gl.constexpr, LSC: gl.constexpr):
+        """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
         brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
@@ -361,34 +352,17 @@ if gluon is not None:
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound)."""
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         if tile < gl.load(tiles_ptr + E):
-            e, m0, end, w_e, s_e, _, _, _, _, group, block, _, _ = _g_tile(
-                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
-                BLOCK_N, CHUNKS, TILED, LW, LX)
-            LS: gl.constexpr = gl.SliceLayout(3, LW)
-            LC: gl.constexpr = gl.SliceLayout(2, LS)
-            r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LC))
+            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+            r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
-            rows = gl.where(r < COLS, ra, rb)
-            cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
-            t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
-            i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-            wofs, sofs = _g_tile_offsets(rows, cc, t, i, K // 8, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
-            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-            if RING_W:
-                wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
-                ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
-                scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
-                acc = _g_wg_ring_loop(acc, w_e, wofs, group, s_e, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                      K // 32, SMAX, CHUNKS, STAGES, LW, gl.DotOperandLayout(0, MMA, 2))
-            else:
-                acc = _g_wg_loop(acc, w_e, s_e, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
-                                 CHUNKS, TILED, STAGES, gl.DotOperandLayout(0, MMA, 2))
+            acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
+                                x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
+                                SW, SS, LSC)
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
@@ -425,11 +399,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        _, LX, _ = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         EPI = gl.BlockedLayout([2, 1, 1], [1, 4, 8], [1, nw, 1], [0, 2, 1])  # a column's gate/linear pair per thread
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, LX=LX, MMA=MMA,
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
