@@ -33,7 +33,7 @@ from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
 from .linear_mma import run_gemv_mma, wgmma_reason
-from .prepare import PreparedMXFP4, prepare_mxfp4
+from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
     Variant,
     get_variant,
@@ -300,17 +300,22 @@ def _run_w4a8(x, p, bias, **cfg):
     return _run_dot_scaled(x, p, bias, _x_format="e4m3", **cfg)
 
 
-def _run_dequant_gemm(x, p: PreparedMXFP4, bias, *, CHUNK_N=0):
-    """W to bf16 in a scratch buffer (CHUNK_N rows at a time; 0 = all), then cuBLAS: the large-M path."""
+def _run_dequant_gemm(x, p: PreparedMXFP4, bias, *, CHUNK_N=0, TILED=False):
+    """W to bf16 in a scratch buffer (CHUNK_N rows at a time; 0 = all), then cuBLAS: the large-M path.
+    TILED reads tile_mxfp4's copy (so a weight held tiled has a large-M path too)."""
     from .dequant import mxfp4_to_dense
 
+    if TILED:
+        p = tile_mxfp4(p)
     N = p.N
     if not CHUNK_N or CHUNK_N >= N:
         return torch.nn.functional.linear(x, mxfp4_to_dense(p), bias)
     y = torch.empty((x.shape[0], N), device=x.device, dtype=torch.bfloat16)
-    for n0 in range(0, N, CHUNK_N):
+    for n0 in range(0, N, CHUNK_N):  # CHUNK_N is a multiple of 16: whole tiles of a tiled weight
         n1 = min(n0 + CHUNK_N, N)
-        part = PreparedMXFP4(p.blocks[n0:n1], p.words[n0:n1], p.scales[n0:n1], (n1 - n0, p.K), p.scale_min, p.scale_max)
+        g0, g1 = (n0 // 16, -(-n1 // 16)) if TILED else (n0, n1)
+        part = PreparedMXFP4(p.blocks[g0:g1], p.words[g0:g1], p.scales[g0:g1], (n1 - n0, p.K), p.scale_min,
+                             p.scale_max, tiled=TILED)
         y[:, n0:n1] = torch.nn.functional.linear(x, mxfp4_to_dense(part), None if bias is None else bias[n0:n1])
     return y
 
@@ -445,9 +450,10 @@ register(Variant(name="dot_scaled", kind="gemm", op="linear", fn=_run_dot_scaled
                  description="tl.dot_scaled(x bf16, W e2m1 with e8m0 scales): the compiler's MXFP4 path"))
 register(Variant(
     name="dequant_gemm", kind="gemm", op="linear", fn=_run_dequant_gemm,
-    space={"CHUNK_N": (0, 16384, 65536)},
-    defaults={"CHUNK_N": 0},
-    description="W decoded to bf16 in a scratch buffer (CHUNK_N rows at a time, 0 = all), then cuBLAS",
+    space={"CHUNK_N": (0, 16384, 65536), "TILED": (False, True)},
+    defaults={"CHUNK_N": 0, "TILED": False},
+    description="W decoded to bf16 in a scratch buffer (CHUNK_N rows at a time, 0 = all), then cuBLAS; "
+                "TILED reads tile_mxfp4's copy",
 ))
 register(Variant(name="w4a8", kind="gemm", op="linear", fn=_run_w4a8, **_DOT_SCALED,
                  description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1); lossy in x",
@@ -475,6 +481,8 @@ def _check_linear_args(x, w, bias):
         raise ValueError(f"w must be 2-D [N, K], got shape {shape}")
     if x.shape[1] != shape[1]:
         raise ValueError(f"x has K={x.shape[1]} but w has K={shape[1]}")
+    if isinstance(w, PreparedMXFP4) and w.deinterleaved:
+        raise ValueError("w is tiled with deinterleave=True (mlp1's layout); a linear weight is tiled without it")
     if x.device != (w.words.device if isinstance(w, PreparedMXFP4) else w.device):
         raise ValueError("x and w must be on the same device")
     if bias is not None:
@@ -486,7 +494,7 @@ def _check_linear_args(x, w, bias):
 
 def linear_problem(m: int, p: PreparedMXFP4) -> dict:
     """The problem dict variants' rules see for a call of M tokens on prepared weight p."""
-    return {"m": m, "n": p.N, "k": p.K, "scale_min": p.scale_min, "scale_max": p.scale_max}
+    return {"m": m, "n": p.N, "k": p.K, "scale_min": p.scale_min, "scale_max": p.scale_max, "tiled": p.tiled}
 
 
 def mxfp4_linear(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, variant: str = "auto", **config):

@@ -578,7 +578,7 @@ def moe_problem(tokens: int, r: Routing, p1: PreparedMXFP4, p2: PreparedMXFP4) -
     """The problem dict MoE variants' rules see."""
     return {"op": "moe", "m": tokens, "tokens": tokens, "experts": p1.shape[0], "top_k": r.top_k,
             "n": p1.shape[1], "k": p1.shape[2], "scale_min": min(p1.scale_min, p2.scale_min),
-            "scale_max": max(p1.scale_max, p2.scale_max)}
+            "scale_max": max(p1.scale_max, p2.scale_max), "tiled": p1.tiled}
 
 
 def _check_moe_args(x, routing, w1, b1, w2, b2):
@@ -592,6 +592,12 @@ def _check_moe_args(x, routing, w1, b1, w2, b2):
             raise TypeError(f"{name} must be an MXFP4Tensor, got {type(w).__name__}")
         if len(w.shape) != 3:
             raise ValueError(f"{name} must be 3-D [E, N, K], got shape {w.shape}")
+    t1, t2 = (isinstance(w, PreparedMXFP4) and w.tiled for w in (w1, w2))
+    if t1 != t2:
+        raise ValueError("w1 and w2 must share one layout: both tiled (tile_mxfp4) or both row-major")
+    if t1 and (not w1.deinterleaved or w2.deinterleaved):
+        raise ValueError("tiled MoE weights: w1 needs tile_mxfp4(..., deinterleave=True) (gate rows, then linear "
+                         "rows), w2 plain tile_mxfp4")
     E, I2, H = w1.shape
     if x.shape[1] != H:
         raise ValueError(f"x has H={x.shape[1]} but w1 has H={H}")

@@ -11,6 +11,13 @@ and scale bytes stored chunk by chunk (128 K per chunk) so that a warp streams o
 Why: read in 64-256-byte pieces of rows 1440 bytes apart, the lm_head weight streams at 1.7-2.2 TB/s on an
 H100; stored tile-contiguous the same bytes stream at 2.5-2.6 TB/s (`.device/pattern.py`,
 results/20261123T040401-h100-80gb-hbm3-pattern).
+
+The layout is chosen once, at load time, and one copy is kept:
+- rows: `prepare_mxfp4(w)` (free for an openai-layout weight). Every variant reads it.
+- tiled: `tile_mxfp4(prepare_mxfp4(w))` (mlp1's w1: `deinterleave=True`), then drop w. Only TILED configs read
+  it; `mxfp4_linear` / `moe_mxfp4` given a tiled weight pick from the tiled auto tables.
+Passing a row-major weight to a TILED config still works (the tiled copy is made on first use and cached):
+that is how sweeps measure both layouts from one weight, holding both copies.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ class PreparedMXFP4:
 
     blocks: uint8 [..., N, K/2] packed codes (openai order); words: the same bytes as int32 [..., N, K/8];
     scales: uint8 [..., N, K/32]; scale_min/scale_max: the extreme scale bytes (host ints).
+    tiled: words and scales are tile_mxfp4's chunk-major layout (blocks then views the same bytes);
+    deinterleaved: tiled with mlp1's gate rows first, then its linear rows (tile_mxfp4(deinterleave=True)).
     """
 
     blocks: torch.Tensor
@@ -39,6 +48,7 @@ class PreparedMXFP4:
     scale_min: int
     scale_max: int
     tiled: bool = False
+    deinterleaved: bool = False
 
     @property
     def N(self) -> int:
@@ -75,20 +85,25 @@ TILE_ROWS = 16  # rows per tile: one mma.sync A tile
 TILE_K = 128  # K per chunk: 16 words and 4 scale bytes per row
 
 
-def tile_mxfp4(p: PreparedMXFP4, deinterleave: bool = False) -> PreparedMXFP4:
+def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
     """The chunk-major layout of p (cached on p): words [..., G, KC, 16, 16] and scales [..., G, KC, 16, 4],
     G = ceil(rows / 16) groups of 16 rows, KC = ceil(K / 128) chunks; rows and K padded with zero bytes.
 
     deinterleave (mlp1's w1, gate rows 2j and linear rows 2j + 1): gate rows first, then linear rows, each half
     padded to whole groups, so a 16-row tile holds 16 gate (or 16 linear) rows and gate j and linear j sit in
-    tiles G/2 apart. Costs a copy of the weight; made once, like prepare_mxfp4.
+    tiles G/2 apart. Costs a copy of the weight; made once, like prepare_mxfp4. p may be the MXFP4Tensor itself.
     """
+    if not isinstance(p, PreparedMXFP4):
+        p = prepare_mxfp4(p)
     attr = "_tiled_deinterleaved" if deinterleave else "_tiled"
     cached = getattr(p, attr, None)
     if cached is not None:
         return cached
     if p.tiled:
-        raise ValueError("p is already tiled")
+        if p.deinterleaved == deinterleave:
+            return p
+        how = " (deinterleaved)" if p.deinterleaved else ""
+        raise ValueError(f"p is already tiled{how}: tile the row-major weight (prepare_mxfp4) instead")
     if deinterleave and p.N % 2:
         raise ValueError(f"deinterleave needs an even number of rows (gate, linear pairs), got {p.N}")
     lead, K = p.shape[:-2], p.K
@@ -106,6 +121,6 @@ def tile_mxfp4(p: PreparedMXFP4, deinterleave: bool = False) -> PreparedMXFP4:
 
     words = tiles(p.words, TILE_K // 8)
     q = PreparedMXFP4(words.view(torch.uint8), words, tiles(p.scales, TILE_K // 32), p.shape, p.scale_min,
-                      p.scale_max, tiled=True)
+                      p.scale_max, tiled=True, deinterleaved=deinterleave)
     object.__setattr__(p, attr, q)
     return q

@@ -6,6 +6,9 @@ the FALLBACK entries, which are exact for every input, are used instead.
 
 The heuristic rows below are used for what no measured table covers; measured tables (per shape, plus a
 default) live in kernels/tables_measured.py, written from a run folder by `labkit table write`.
+
+A weight in tile_mxfp4's layout (problem["tiled"]) only runs TILED configs, so it has its own tables
+(LINEAR_TABLES_TILED, MOE_TABLES_TILED) and its own fallback: the tensor-core variants with TILED=True.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ MOE_TABLE = [
 ]
 MOE_FALLBACK = [(1 << 62, "moe_gemv", {"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4})]
 
+#: the tiled layout's fallbacks: mma.sync tiles (every NVIDIA GPU since sm_80, and the interpreter)
+LINEAR_TILED_FALLBACK = [(1 << 62, "gemv_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "TILED": True})]
+MOE_TILED_FALLBACK = [(1 << 62, "moe_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "TILED": True})]
+
 LINEAR_FALLBACK = [
     (8, "gemv", {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4}),
     (1 << 62, "dot_scaled", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4}),
@@ -38,9 +45,9 @@ except ImportError:  # pragma: no cover
     _measured = None
 
 
-def _keyed(name: str, key: tuple) -> list:
-    """The measured rows for this shape (or the measured default), if any."""
-    tables = getattr(_measured, name, None) if _measured else None
+def _keyed(name: str, key: tuple, tiled: bool = False) -> list:
+    """The measured rows for this shape (or the measured default) of the weight's layout, if any."""
+    tables = getattr(_measured, name + ("_TILED" if tiled else ""), None) if _measured else None
     if not tables:
         return []
     return tables.get(key) or tables.get("default") or []
@@ -55,17 +62,24 @@ def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
                 if v.reason({**v.defaults, **cfg}, problem) is None:
                     return name, dict(cfg)
                 break
+    if problem.get("tiled"):
+        raise ValueError(f"no TILED {op} config can run {problem}: keep this weight row-major (prepare_mxfp4), "
+                         "which the exact fallbacks read")
     raise ValueError(f"no {op} variant can run {problem}")  # pragma: no cover - fallbacks cover every input
 
 
 def pick_linear(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a linear problem {m, n, k, scale_min, scale_max}: the measured table for this
     (N, K) (or the measured default), else the heuristic table, then the exact fallbacks."""
-    measured = _keyed("LINEAR_TABLES", (problem["n"], problem["k"]))
-    return _pick("linear", [t for t in (measured, LINEAR_TABLE, LINEAR_FALLBACK) if t], problem)
+    tiled = bool(problem.get("tiled"))
+    measured = _keyed("LINEAR_TABLES", (problem["n"], problem["k"]), tiled)
+    rest = (LINEAR_TILED_FALLBACK,) if tiled else (LINEAR_TABLE, LINEAR_FALLBACK)
+    return _pick("linear", [t for t in (measured, *rest) if t], problem)
 
 
 def pick_moe(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a MoE problem {m (= tokens), experts, n (= 2I), k (= H), ...}, as pick_linear."""
-    measured = _keyed("MOE_TABLES", (problem["experts"], problem["n"], problem["k"]))
-    return _pick("moe", [t for t in (measured, MOE_TABLE, MOE_FALLBACK) if t], problem)
+    tiled = bool(problem.get("tiled"))
+    measured = _keyed("MOE_TABLES", (problem["experts"], problem["n"], problem["k"]), tiled)
+    rest = (MOE_TILED_FALLBACK,) if tiled else (MOE_TABLE, MOE_FALLBACK)
+    return _pick("moe", [t for t in (measured, *rest) if t], problem)

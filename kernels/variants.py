@@ -1,8 +1,9 @@
 """Registry of kernel variants: name -> kind, launcher, parameter space and the constraints on configs.
 
 Sweeps enumerate `Variant.configs(problem)`; `check` explains, naming the rule, why a config is ruled out.
-A problem is a dict describing one call: m, n, k, and for weights scale_min/scale_max (from prepare_mxfp4);
-MoE problems add experts, top_k and tokens.
+A problem is a dict describing one call: m, n, k, and for weights scale_min/scale_max (from prepare_mxfp4)
+and tiled (the weight is in tile_mxfp4's layout, which only TILED configs read); MoE problems add experts,
+top_k and tokens.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Variant:
         if unknown:
             return (f"unknown parameter(s) {', '.join(sorted(unknown))} for variant {self.name!r}; "
                     f"known: {', '.join(sorted(known))}")
+        if problem.get("tiled") and not config.get("TILED"):
+            return ("the weight is in tile_mxfp4's layout, which only TILED=True configs read"
+                    + ("" if "TILED" in self.space else f" ({self.name!r} has no TILED option)"))
         for rule in self.rules:
             r = rule(config, problem)
             if r:

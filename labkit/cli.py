@@ -321,29 +321,36 @@ def _add_model_parser(sub) -> None:
 
 def cmd_table(args) -> int:
     """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
-    from .tables import derive_tables, regret, write_tables
+    import kernels.tables_measured as tm
+
+    from .tables import LAYOUTS, TABLE_NAMES, derive_tables, regret, write_tables
 
     if args.table_command == "write":
         if not args.linear and not args.moe:
             raise ValueError("give --linear RUN and/or --moe RUN")
-        import kernels.tables_measured as tm  # the op not given keeps its current tables and source
-
-        lin = derive_tables(args.linear, "linear") if args.linear else getattr(tm, "LINEAR_TABLES", None)
-        moe = derive_tables(args.moe, "moe", routing=args.routing) if args.moe else getattr(tm, "MOE_TABLES", None)
+        # an op not given, or a layout its runs never measured, keeps its current tables
+        tables = {name: getattr(tm, name, None) for name in TABLE_NAMES.values()}
+        for op, runs in (("linear", args.linear), ("moe", args.moe)):
+            for layout in LAYOUTS if runs else ():
+                try:
+                    tables[TABLE_NAMES[op, layout]] = derive_tables(runs, op, routing=args.routing, layout=layout)
+                except ValueError as e:
+                    print(f"{op} {layout}: {e}; its current tables are kept")
         sources = dict(getattr(tm, "SOURCES", {}))
         sources.update({k: " + ".join(map(str, v)) for k, v in (("linear", args.linear), ("moe", args.moe)) if v})
-        print(f"wrote {write_tables(lin, moe, sources)}")
+        print(f"wrote {write_tables(tables, sources)}")
         return 0
     if args.tables_from:
-        tables = derive_tables(args.tables_from, args.op, routing=args.routing)
+        tables = derive_tables(args.tables_from, args.op, routing=args.routing, layout=args.layout)
     else:
-        import kernels.tables_measured as tm
-
-        tables = tm.LINEAR_TABLES if args.op == "linear" else tm.MOE_TABLES
+        tables = getattr(tm, TABLE_NAMES[args.op, args.layout], None)
+        if not tables:
+            raise ValueError(f"kernels/tables_measured.py has no {args.layout} tables for {args.op}")
     df = regret(args.run, tables, args.op)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     by = "routing" if args.op == "moe" else "shape"
-    print("\nregret by " + by + ":\n" + df.groupby(by)["regret"].describe()[["count", "mean", "max"]].to_string())
+    print(f"\nregret of the {args.layout} tables by {by}:\n"
+          + df.groupby(by)["regret"].describe()[["count", "mean", "max"]].to_string())
     return 0
 
 
@@ -406,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("table", help="variant='auto' tables: derive them from runs, or report their regret")
     tsub = p.add_subparsers(dest="table_command", metavar="TABLE_COMMAND", required=True)
-    t = tsub.add_parser("write", help="derive tables from runs and write kernels/tables_measured.py")
+    t = tsub.add_parser("write", help="derive tables from runs and write kernels/tables_measured.py (both "
+                                      "weight layouts: row-major and tile_mxfp4's)")
     t.add_argument("--linear", metavar="RUN", nargs="+", help="run folder(s) with linear points")
     t.add_argument("--moe", metavar="RUN", nargs="+", help="run folder(s) with moe_layer points")
     t.add_argument("--routing", default="uniform", help="routing the MoE tables are fitted to (default uniform)")
@@ -417,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tables-from", metavar="RUN", nargs="+",
                    help="derive the tables from these runs instead of the package's")
     t.add_argument("--routing", default="uniform")
+    t.add_argument("--layout", choices=("rows", "tiled"), default="rows",
+                   help="the weight layout whose tables are judged (default rows; tiled: tile_mxfp4's copy)")
     t.set_defaults(func=cmd_table)
 
     p = sub.add_parser("compare", help="per-point ratio of two runs (B/A) with their noise bands, wins and losses")

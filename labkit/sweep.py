@@ -14,6 +14,8 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
     gemv_bf16: {block_n: [4, 8], block_k: [512]}   # the lab's bf16 GEMV (kernels.linear_bf16) as a baseline
                                              # over a grid, at token counts up to its MAX_ROWS
     cpu_configs: 2                           # configs per variant and point without a GPU (interpreter is slow)
+    auto_picks: [rows, tiled]                # also what variant="auto" picks at each point, per weight layout
+                                             # (kernels/tables.py as checked out): regret measured in the same run
 
 `run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
 sweep killed at any moment resumes where it stopped and loses at most the point in flight.
@@ -98,6 +100,22 @@ def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: b
     return out
 
 
+def auto_picks(spec: dict, problem: dict) -> list[tuple[str, dict]]:
+    """(variant, full config) that variant="auto" picks for `problem` with the weight in each layout the
+    spec's `auto_picks` lists ("rows": prepare_mxfp4's, "tiled": tile_mxfp4's)."""
+    from kernels.tables import pick_linear, pick_moe
+
+    out: list[tuple[str, dict]] = []
+    for layout in spec.get("auto_picks", []):
+        if layout not in ("rows", "tiled"):
+            raise ValueError(f"spec: auto_picks lists weight layouts (rows, tiled), got {layout!r}")
+        name, cfg = (pick_moe if problem.get("op") == "moe" else pick_linear)({**problem, "tiled": layout == "tiled"})
+        full = {**VARIANTS[name].defaults, **cfg}
+        if (name, full) not in out:
+            out.append((name, full))
+    return out
+
+
 def expand_linear(spec: dict, on_gpu: bool):
     """Every LinearCase of a linear spec (GPU sizes with a GPU, the cpu_* sizes without)."""
     from .bench import LinearCase
@@ -134,7 +152,14 @@ def expand_linear(spec: dict, on_gpu: bool):
                 if not on_gpu and spec.get("cpu_configs"):
                     cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                 cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False)) for c in cfgs]
+            have = {(c.variant, _key(c.config)) for c in cases if (c.m, c.n, c.k) == (m, n, k)}
+            cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False))
+                      for name, c in auto_picks(spec, problem) if (name, _key(c)) not in have]
     return cases
+
+
+def _key(cfg: dict) -> str:
+    return repr(sorted(cfg.items()))
 
 
 def expand_moe(spec: dict, on_gpu: bool):
@@ -169,6 +194,10 @@ def expand_moe(spec: dict, on_gpu: bool):
                     if not on_gpu and spec.get("cpu_configs"):
                         cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                     cases += [MoECase(variant=name, config=c, **base) for c in cfgs]
+                have = {(c.variant, _key(c.config)) for c in cases
+                        if (c.model, c.tokens, c.routing) == (model, t, rt)}
+                cases += [MoECase(variant=name, config=c, **base) for name, c in auto_picks(spec, problem)
+                          if (name, _key(c)) not in have]
     return cases
 
 

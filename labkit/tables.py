@@ -10,8 +10,13 @@ smallest worst-case regret.
 Every function taking a run also takes a list of runs: a focused sweep (say 1-64 tokens with a new decode
 variant) then refines a broad one without remeasuring it.
 
+There is one table set per weight layout (kernels.prepare): "rows" tables pick among configs that read the
+row-major weight, "tiled" tables among the TILED configs that read tile_mxfp4's copy. A weight is held in one
+layout, so a table never mixes them.
+
 Regret of a table on a run: for every measured problem, the time of the config auto picks there over the
-best time measured for that problem (1.0 = auto is the best; NaN = auto's pick was not measured there).
+best time measured for that problem in either layout (1.0 = auto is the best; NaN = auto's pick was not
+measured there). The rows tables' regret thus shows what the tiled layout would buy, and the reverse.
 """
 
 from __future__ import annotations
@@ -41,24 +46,29 @@ def _runnable(variant: str, config: str) -> bool:
     return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
 
 
-def _one_copy(config: str) -> bool:
-    """Whether a config reads the weight as prepare_mxfp4 leaves it. TILED configs read a second, tiled copy
-    (kernels.prepare.tile_mxfp4): auto picking them at some token counts and row-major variants at others
-    would hold both copies (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100), so tables never pick
-    them; their points still count as the best time in regret, which shows what the second copy would buy."""
-    return not json.loads(config).get("TILED")
+LAYOUTS = ("rows", "tiled")
+TABLE_NAMES = {("linear", "rows"): "LINEAR_TABLES", ("moe", "rows"): "MOE_TABLES",
+               ("linear", "tiled"): "LINEAR_TABLES_TILED", ("moe", "tiled"): "MOE_TABLES_TILED"}
 
 
-def _points(runs, op: str, pickable: bool = False) -> pd.DataFrame:
+def config_layout(config: str) -> str:
+    """The weight layout a stored config reads: "tiled" (TILED=True: tile_mxfp4's copy) or "rows". Holding
+    both copies is not an option auto may take (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100)."""
+    return "tiled" if json.loads(config).get("TILED") else "rows"
+
+
+def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
-    runs keeps each measurement; the fastest counts), limited to configs this checkout can run (pickable:
-    and that a table may pick, see _one_copy)."""
+    runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
+    that read that weight layout)."""
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[_runnable(v, c) and (_one_copy(c) or not pickable) for v, c in zip(df["variant"], df["config"])]]
+    df = df[[_runnable(v, c) and layout in (None, config_layout(c)) for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
-        raise ValueError(f"{runs} has no ok {point_op} points")
+        raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
     df["t"] = df["us_graph"].fillna(df["us_eager"])
     if "shape" not in df.columns:
         df["shape"] = ""
@@ -72,12 +82,13 @@ def shape_key(op: str, row) -> tuple:
     return (int(row["n"]), int(row["k"])) if op == "linear" else (int(row["experts"]), int(row["n"]), int(row["k"]))
 
 
-def derive_tables(run_dir, op: str = "linear", routing: str = "uniform") -> dict:
-    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe'); MoE rows come from `routing` points."""
-    df = _points(run_dir, op, pickable=True)
+def derive_tables(run_dir, op: str = "linear", routing: str = "uniform", layout: str = "rows") -> dict:
+    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe') and weight `layout` ('rows' or
+    'tiled'); MoE rows come from `routing` points."""
+    df = _points(run_dir, op, layout)
     if op == "moe":
         df = df[df["routing"] == routing]
-    tables = {"default": derive_table(run_dir, op, routing)}
+    tables = {"default": derive_table(run_dir, op, routing, layout)}
     for _, g in df.groupby(["n", "k"] if op == "linear" else ["experts", "n", "k"]):
         best = g.loc[g.groupby("m")["t"].idxmin()].sort_values("m")
         ms = list(best["m"])
@@ -94,9 +105,11 @@ def pick(tables: dict, op: str, problem_row) -> tuple[str, dict]:
     return row[1], row[2]
 
 
-def derive_table(run_dir, op: str = "linear", routing: str = "uniform") -> list[tuple[int, str, dict]]:
-    """The shape-agnostic [(max_m, variant, config)] for `op` from a run (MoE rows from `routing` points)."""
-    df = _points(run_dir, op, pickable=True)
+def derive_table(run_dir, op: str = "linear", routing: str = "uniform", layout: str = "rows"
+                 ) -> list[tuple[int, str, dict]]:
+    """The shape-agnostic [(max_m, variant, config)] for `op` and `layout` from a run (MoE rows from `routing`
+    points)."""
+    df = _points(run_dir, op, layout)
     if op == "moe":
         df = df[df["routing"] == routing]
         if df.empty:
@@ -147,15 +160,20 @@ def _same_config(variant: str, stored: str, cfg: dict) -> bool:
     return {**defaults, **json.loads(stored)} == {**defaults, **cfg}
 
 
-def write_tables(linear: dict | None, moe: dict | None, sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:
-    """Write kernels/tables_measured.py: the keyed tables as Python data plus the runs they came from."""
+def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:
+    """Write kernels/tables_measured.py: the keyed tables ({TABLE_NAMES value: tables}) as Python data plus
+    the runs they came from."""
+    unknown = set(tables) - set(TABLE_NAMES.values())
+    if unknown:
+        raise ValueError(f"unknown table name(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(TABLE_NAMES.values())}")
     lines = ['"""Measured variant="auto" tables, written by labkit.tables.write_tables; do not edit by hand.',
              "", "Keys: a shape ((N, K) linear, (experts, 2I, H) MoE) or \"default\"; rows: (max tokens, variant,",
-             "config). SOURCES names the run each table set was derived from.", '"""', "",
+             "config). *_TILED: the tables of weights in tile_mxfp4's layout. SOURCES names the runs each op's",
+             "tables were derived from.", '"""', "",
              f"SOURCES = {pprint.pformat(sources, width=110)}", ""]
-    if linear:
-        lines += [f"LINEAR_TABLES = {pprint.pformat(linear, width=110, sort_dicts=True)}", ""]
-    if moe:
-        lines += [f"MOE_TABLES = {pprint.pformat(moe, width=110, sort_dicts=True)}", ""]
+    for name in TABLE_NAMES.values():
+        if tables.get(name):
+            lines += [f"{name} = {pprint.pformat(tables[name], width=110, sort_dicts=True)}", ""]
     path.write_text("\n".join(lines))
     return path

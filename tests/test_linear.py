@@ -97,7 +97,8 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
 
 def test_tile_layout_places_each_row_chunk(device):
     """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
-    2i + 1 land at group rows i and half + i; the tiled copy is cached and cannot be tiled again."""
+    2i + 1 land at group rows i and half + i; the tiled copy is cached, is its own tiling (a weight already
+    held tiled passes through) and cannot be tiled the other way."""
     from kernels.prepare import tile_mxfp4
 
     p = K.prepare_mxfp4(K.quantize_mxfp4(torch.randn(2, 40, 288)).to(device))
@@ -112,8 +113,11 @@ def test_tile_layout_places_each_row_chunk(device):
     assert d.words.shape == (2, 4, 3, 16, 16)
     assert torch.equal(d.words[0, 1, 0, 3], p.words[0, 2 * 19, :16])
     assert torch.equal(d.words[0, 2, 0, 3], p.words[0, 2 * 3 + 1, :16])
+    assert tile_mxfp4(q) is q and tile_mxfp4(d, deinterleave=True) is d and d.deinterleaved and not q.deinterleaved
     with pytest.raises(ValueError, match="already tiled"):
-        tile_mxfp4(q)
+        tile_mxfp4(q, deinterleave=True)
+    with pytest.raises(ValueError, match=r"already tiled \(deinterleaved\)"):
+        tile_mxfp4(d)
     with pytest.raises(ValueError, match="even number"):
         tile_mxfp4(K.prepare_mxfp4(K.quantize_mxfp4(torch.randn(3, 64)).to(device)), deinterleave=True)
 
@@ -133,6 +137,27 @@ def test_auto_picks_a_valid_variant(m):
     assert v.reason({**v.defaults, **cfg}, problem) is None
 
 
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_a_tiled_weight_runs_through_auto_and_only_tiled_configs(m, device):
+    """A weight held in tile_mxfp4's layout (the row-major copy dropped): auto picks from the tiled tables,
+    every pick is a TILED config, and the result is bit-identical to the same config on the row-major weight.
+    Configs that read row-major weights refuse it with the layout named."""
+    x, w, b, ref = make(m, 72, 160, seed=m, dev=device)
+    t = K.tile_mxfp4(w)
+    for mm in (1, 2, 8, 17, 64, 65, 512, 8192):
+        name, cfg = pick_linear(linear_problem(mm, t))
+        assert cfg.get("TILED") and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg},
+                                                             linear_problem(mm, t)) is None
+    y = K.mxfp4_linear(x, t, b)
+    assert rel_err(y, ref) < tol("gemv_mma")
+    name, cfg = pick_linear(linear_problem(m, t))
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant=name, **cfg))
+    with pytest.raises(ValueError, match="tile_mxfp4's layout, which only TILED=True configs read"):
+        K.mxfp4_linear(x, t, b, variant="gemv")
+    with pytest.raises(ValueError, match="deinterleave=True"):
+        K.mxfp4_linear(x, K.tile_mxfp4(w, deinterleave=True), b)
+
+
 def test_auto_falls_back_when_scales_leave_the_fast_window(device):
     # scale bytes 3..130: outside the bf16 decode's exact window (14..240), so auto must avoid gemv_tc/mma
     g = torch.Generator().manual_seed(0)
@@ -146,6 +171,9 @@ def test_auto_falls_back_when_scales_leave_the_fast_window(device):
     assert rel_err(K.mxfp4_linear(x, w), ref) < 1e-2
     with pytest.raises(ValueError, match=r"scale bytes 3\.\.130 fall outside this variant's exact range 14\.\.240"):
         K.mxfp4_linear(x, w, variant="gemv_tc")
+    # tiled, only the tensor-core variants read it, and none is exact on these scales: a clear error
+    with pytest.raises(ValueError, match="keep this weight row-major"):
+        K.mxfp4_linear(x, K.tile_mxfp4(w))
 
 
 def test_shared_memory_rule_rules_out_configs_that_cannot_launch():
@@ -228,8 +256,14 @@ def test_prepare_is_cached_and_mxfp8_rows_match_reference(device):
 
 
 def test_dense_dequant_kernel_matches_codec(device):
-    w = K.quantize_mxfp4(torch.randn(3, 50, 96)).to(device)
-    assert torch.equal(K.mxfp4_to_dense(w, torch.float32).cpu(), K.dequantize_mxfp4(w.to("cpu")))
+    """Row-major and tiled (3 matrices of 50 rows: 4 groups each, the last padded; K=288: 3 chunks, the last
+    a quarter full) give the codec's values; mlp1's deinterleaved tiling is refused (its rows are reordered)."""
+    w = K.quantize_mxfp4(torch.randn(3, 50, 288)).to(device)
+    ref = K.dequantize_mxfp4(w.to("cpu"))
+    assert torch.equal(K.mxfp4_to_dense(w, torch.float32).cpu(), ref)
+    assert torch.equal(K.mxfp4_to_dense(K.tile_mxfp4(w), torch.float32).cpu(), ref)
+    with pytest.raises(ValueError, match="not deinterleaved"):
+        K.mxfp4_to_dense(K.tile_mxfp4(w, deinterleave=True))
 
 
 # ---- GPU only ----------------------------------------------------------------------------------------------
@@ -271,3 +305,16 @@ def test_h2g_pipeline_rule():
     assert "PREFETCH" in v.reason({**v.defaults, "num_stages": 3, "PREFETCH": True}, prob)
     assert "shared memory" in v.reason({**v.defaults, "BLOCK_M": 8, "BLOCK_N": 32, "BLOCK_K": 1024,
                                         "num_warps": 8, "num_stages": 16}, prob)
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+def test_dequant_gemm_chunks_cover_every_row(tiled, device):
+    """CHUNK_N slices the weight in whole 16-row tiles (tiled: whole groups); 40 rows in chunks of 16 leave a
+    partial last chunk (a padded group when tiled)."""
+    from kernels.linear import _run_dequant_gemm
+
+    x, w, b, ref = make(3, 40, 160, seed=9, dev=device)
+    y = _run_dequant_gemm(x, K.prepare_mxfp4(w), b, CHUNK_N=16, TILED=tiled)
+    assert rel_err(y, ref) < tol("dequant_gemm")
+    if device == "cpu":  # cuBLAS may pick another kernel for 16 columns than for 40
+        assert torch.equal(y, _run_dequant_gemm(x, K.prepare_mxfp4(w), b))

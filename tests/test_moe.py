@@ -97,6 +97,31 @@ def test_auto_picks_a_valid_variant(tokens, layer):
         assert n in MOE
 
 
+@pytest.mark.parametrize("tokens", [1, 17])
+def test_tiled_weights_run_through_auto(tokens, layer, device):
+    """MoE weights held in tile_mxfp4's layout (w1 de-interleaved): auto picks TILED configs at every token
+    count, matches the reference, and gives the same output as that config on the row-major weights."""
+    w1, b1, w2, b2 = (t.to(device) for t in layer)
+    t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
+    for t in (1, 8, 64, 4096):
+        name, cfg = pick_moe(moe_problem(t, K.route(torch.randn(t, E), TOPK), t1, t2))
+        assert name == "moe_mma" and cfg["TILED"]
+    sample = rgen.generate("zipf(1.2)", tokens, E, TOPK, seed=tokens)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    y = K.moe_mxfp4(x.to(device), r, t1, b1, t2, b2)
+    assert rel_err(y, ref) < TOL
+    name, cfg = pick_moe(moe_problem(tokens, r, t1, t2))
+    assert torch.equal(y, K.moe_mxfp4(x.to(device), r, w1, b1, w2, b2, variant=name, **cfg))
+    with pytest.raises(ValueError, match="only TILED=True configs read"):
+        K.moe_mxfp4(x.to(device), r, t1, b1, t2, b2, variant="moe_h2g")
+    with pytest.raises(ValueError, match="share one layout"):
+        K.moe_mxfp4(x.to(device), r, t1, b1, w2, b2)
+    with pytest.raises(ValueError, match="deinterleave=True"):
+        K.moe_mxfp4(x.to(device), r, K.tile_mxfp4(w1), b1, t2, b2)
+
+
 def test_bad_input_errors(layer, device):
     w1, b1, w2, b2 = (t.to(device) for t in layer)
     x = torch.randn(3, H).to(torch.bfloat16).to(device)

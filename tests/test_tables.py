@@ -1,5 +1,7 @@
 """variant='auto' tables: derived from runs, keyed by shape with a default, and their regret."""
 
+import pytest
+
 from kernels.tables import pick_linear, pick_moe
 from labkit.results import PointStore
 from labkit.runs import create_run
@@ -29,7 +31,7 @@ def test_tables_pick_the_fastest_per_shape_and_minimax_by_default(tmp_path):
     assert (r["regret"] == 1.0).all() and len(r) == 4
     r = regret(run, {"default": t["default"]}, "linear")
     assert sorted(r["regret"].round(3).tolist()) == [1.0, 1.0, 1.0, 1.25]
-    path = write_tables(t, None, {"linear": str(run)}, path=tmp_path / "tables_measured.py")
+    path = write_tables({"LINEAR_TABLES": t}, {"linear": str(run)}, path=tmp_path / "tables_measured.py")
     ns = {}
     exec(path.read_text(), ns)
     assert ns["LINEAR_TABLES"] == t and ns["SOURCES"]["linear"] == str(run)
@@ -53,17 +55,24 @@ def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
     assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
 
 
-def test_tables_never_pick_a_second_weight_copy_but_regret_counts_it(tmp_path):
-    """TILED configs read tile_mxfp4's copy of the weight: auto must not mix them with row-major picks (two
-    copies of every weight), yet regret measures against them; a stored config without an option added later
-    (here TILED) matches the table config that spells out that option's default."""
+def test_each_layout_has_its_own_tables_and_regret_counts_the_other(tmp_path):
+    """TILED configs read tile_mxfp4's copy of the weight: the rows tables never pick them (a weight is held in
+    one layout), the tiled tables pick only them, and regret measures both against the best of either; a
+    stored config without an option added later (here TILED) matches the table config that spells out that
+    option's default."""
     mma = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2}
-    run = _run(tmp_path, [_pt("a", 128, 4, "gemv_mma", 10, mma),
+    run = _run(tmp_path, [_pt("a", 128, 4, "gemv_mma", 10, mma), _pt("a", 128, 4, "gemv", 9),
                           _pt("a", 128, 4, "gemv_mma", 8, {**mma, "TILED": True})])
     t = derive_tables(run, "linear")
-    assert t[(128, 64)] == [(1 << 62, "gemv_mma", mma)]
+    assert t[(128, 64)] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
+    tiled = derive_tables(run, "linear", layout="tiled")
+    assert tiled[(128, 64)] == tiled["default"] == [(1 << 62, "gemv_mma", {**mma, "TILED": True})]
+    assert regret(run, tiled, "linear")["regret"].tolist() == [1.0]
     r = regret(run, {"default": [(1 << 62, "gemv_mma", {**mma, "TILED": False, "MAXNREG": None})]}, "linear")
     assert r["regret"].round(3).tolist() == [1.25]
+    only_rows = _run(tmp_path / "r", [_pt("a", 128, 4, "gemv", 9)])
+    with pytest.raises(ValueError, match="tiled layout"):
+        derive_tables(only_rows, "linear", layout="tiled")
 
 
 def test_package_tables_come_from_committed_h100_runs():
