@@ -9,7 +9,8 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
     variants:                                # variant: {param: [values]} or a list of such grids (union);
                                              # BLOCK_M: auto = smallest tile >= M
       gemv: {BLOCK_M: auto, BLOCK_N: [32, 64], BLOCK_K: [256]}
-    m_range: {gemv: [1, 16]}                 # token counts a variant is swept at (default: all)
+    m_range: {gemv: [1, 16]}                 # token counts a variant is swept at (default: all); a grid may
+                                             # hold its own m_range: [lo, hi]
     baselines: [cublas_bf16, dequant_matmul]
     gemv_bf16: {block_n: [4, 8], block_k: [512]}   # the lab's bf16 GEMV (kernels.linear_bf16) as a baseline
                                              # over a grid, at token counts up to its MAX_ROWS
@@ -79,6 +80,9 @@ def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: b
         return out
     v = get_variant(name, problem.get("op", "linear"))
     grid = dict(grid or {})
+    lo, hi = grid.pop("m_range", (0, float("inf")))  # this grid's token counts (the spec's m_range: the variant's)
+    if not lo <= problem["m"] <= hi:
+        return []
     if grid.get("BLOCK_M") == "auto":
         grid["BLOCK_M"] = [_token_tile(tuple(v.space.get("BLOCK_M", (1,))), problem["m"])]
     unknown = set(grid) - set(v.space) - set(v.defaults)

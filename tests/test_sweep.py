@@ -159,3 +159,13 @@ def test_auto_picks_add_what_auto_runs_in_each_layout():
         assert len(got) in (1, 2) and any(c.get("TILED") for _, c in got)
     with pytest.raises(ValueError, match="auto_picks lists weight layouts"):
         expand_moe({**spec, "auto_picks": ["tiles"]}, on_gpu=True)
+
+
+def test_a_grid_may_hold_its_own_token_range():
+    from labkit.sweep import variant_configs
+
+    grids = [{"BLOCK_M": [8], "ROWS": [1], "CHUNKS": [1], "TILED": [True], "m_range": [1, 8]},
+             {"BLOCK_M": [16], "ROWS": [1], "CHUNKS": [1], "TILED": [True]}]
+    problem = {"op": "linear", "m": 4, "n": 64, "k": 64, "scale_min": 118, "scale_max": 124}
+    assert [c["BLOCK_M"] for c in variant_configs("gemv_mma", grids, problem)] == [8, 16]
+    assert [c["BLOCK_M"] for c in variant_configs("gemv_mma", grids, {**problem, "m": 64})] == [16]
