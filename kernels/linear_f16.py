@@ -292,9 +292,28 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
+def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT: tl.constexpr = False):
+    """Word pointers [rows, TW] and scale pointers [rows, G] of the first K tile of rows rn_c, in the row-major
+    layout or in tile_mxfp4's (TILED: 16-row groups of 128-K chunks, 16 words and 4 scale bytes per row and
+    chunk; DEINT: mlp1's w1, row r = gate r // 2 or linear r // 2, each half padded to whole groups). A K
+    tile (BLOCK_K a multiple of 128 when TILED) then advances by h2g_steps()."""
+    if TILED:
+        r = rn_c
+        if DEINT:
+            r = (r % 2) * ((N // 2 + 15) // 16 * 16) + r // 2
+        row = (r // 16).to(tl.int64) * (((K + 127) // 128) * 16) + r % 16
+        wp = w_ptr + (row * 16)[:, None] + (word // 16) * 256 + word % 16
+        sp = s_ptr + (row * 4)[:, None] + ((rg // 4) * 64 + rg % 4)[None, :]
+    else:
+        wp = w_ptr + tl.multiple_of(rn_c * (K // 8), 4)[:, None] + word  # K % 32 == 0: 16-byte aligned rows
+        sp = s_ptr + rn_c[:, None] * (K // 32) + rg[None, :]
+    return wp, sp
+
+
+@triton.jit
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1):
+                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
@@ -313,8 +332,9 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     rw = tl.arange(0, TW)
     rg = tl.arange(0, G)
     word = rw[None, :] + 0 * rn_c[:, None]  # [BLOCK_N, TW]: x words are shared by every weight row
-    wp = w_ptr + tl.multiple_of(rn_c * KW, 4)[:, None] + word  # K % 32 == 0: rows start on 16-byte words
-    sp = s_ptr + rn_c[:, None] * KB + rg[None, :]
+    wp, sp = h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED)
+    WSTEP: tl.constexpr = TW * (16 if TILED else 1)  # tiled: a K tile is TW/16 chunks of 16 rows x 16 words
+    SSTEP: tl.constexpr = G * (16 if TILED else 1)
     if STAGES > 1:
         xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + rw
     else:
@@ -330,16 +350,16 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
             v = v_next.to(tl.uint32, bitcast=True)
             s = s_next
             n = tl.minimum(full - 1 - t, 1)
-            v_next = tl.load(wp + TW, mask=word < n * TW, other=0)
-            s_next = tl.load(sp + G, mask=rg[None, :] < n * G, other=0)
+            v_next = tl.load(wp + WSTEP, mask=word < n * TW, other=0)
+            s_next = tl.load(sp + SSTEP, mask=rg[None, :] < n * G, other=0)
         else:
             v = tl.load(wp).to(tl.uint32, bitcast=True)
             s = tl.load(sp)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
                            False)
-        wp += TW
-        sp += G
+        wp += WSTEP
+        sp += SSTEP
         xp += TW
     if full * G < KB:
         wm = full * TW + word < KW
@@ -420,14 +440,19 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
     return y
 
 
-def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1):
+def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
+                 TILED=False):
+    from .prepare import tile_mxfp4
+
     M, K = x.shape
     N = p.N
+    if TILED:
+        p = tile_mxfp4(p)
     xq, xs = x_to_f16(x, planes=True)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
-                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages,
+                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
                            num_warps=num_warps, **pdl_launch())
     return y

@@ -37,8 +37,8 @@ import torch
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
-from .linear_f16 import h2_tiles, h2g_step, plane_words, x_to_f16
-from .prepare import PreparedMXFP4, prepare_mxfp4
+from .linear_f16 import h2_tiles, h2g_pointers, h2g_step, plane_words, x_to_f16
+from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .routing import Routing
 from .variants import (
     Variant,
@@ -52,6 +52,7 @@ from .variants import (
     rule_mma_registers,
     rule_pow2,
     rule_scale_window,
+    rule_tiled_k,
 )
 
 # ------------------------------------------------------------------------------------------------------------
@@ -203,8 +204,9 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 
 @triton.jit
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
-                    TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1):
+                    TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
+                    TILED: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
@@ -229,8 +231,10 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         else:
             xw = word
         rg = tl.arange(0, G)
-        wp = w_ptr + e.to(tl.int64) * N * KW + tl.multiple_of(rn_c * KW, 4)[:, None] + word
-        sp = s_ptr + e.to(tl.int64) * N * KB + rn_c[:, None] * KB + rg[None, :]
+        wp, sp = h2g_pointers(w_ptr + e.to(tl.int64) * w_stride_e, s_ptr + e.to(tl.int64) * s_stride_e, rn_c, word,
+                              rg, N, K, TILED, PHASE == 1)  # tiled mlp1: w1 deinterleaved
+        WSTEP: tl.constexpr = TW * (16 if TILED else 1)
+        SSTEP: tl.constexpr = G * (16 if TILED else 1)
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
         start = tl.program_id(0)
         last = tl.load(offs_ptr + e + 1) - 1
@@ -242,8 +246,8 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
             for i in tl.static_range(BLOCK_M):
                 xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
                 acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + xw, word, i, PLANE, G, False)
-            wp += TW
-            sp += G
+            wp += WSTEP
+            sp += SSTEP
         if full * G < KB:
             wm = full * TW + word < KW
             v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
@@ -436,11 +440,14 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
 
 def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
     E, N, K = p.shape
+    if cfg.get("TILED"):
+        p = tile_mxfp4(p, deinterleave=phase == 1)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
-                          plane_words(N // 2), PHASE=phase, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                          BLOCK_K=cfg["BLOCK_K"], STAGES=cfg.get("num_stages", 1), num_warps=cfg["num_warps"],
+                          plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
+                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                          STAGES=cfg.get("num_stages", 1), TILED=cfg.get("TILED", False), num_warps=cfg["num_warps"],
                           **pdl_launch())
 
 
@@ -552,13 +559,22 @@ register(Variant(
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
+def _rule_h2g_tiled(cfg, problem):
+    """The fused-combine mlp2 kernel reads row-major weights only."""
+    if cfg.get("TILED") and cfg.get("COMBINE"):
+        return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
+    return None
+
+
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32)},
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
+           "TILED": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None},
-    rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253)),
+              "BLOCK_N2": None, "TILED": False},
+    rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
+           rule_tiled_k, _rule_h2g_tiled),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "

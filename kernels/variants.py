@@ -177,6 +177,13 @@ def rule_h2g_words(cfg, problem):
     return None
 
 
+def rule_tiled_k(cfg, problem):
+    """The h2g kernels read tile_mxfp4's copy (TILED) a whole number of 128-K chunks per K tile."""
+    if cfg.get("TILED") and cfg["BLOCK_K"] % 128:
+        return f"TILED reads 128-K chunks: BLOCK_K={cfg['BLOCK_K']} must be a multiple of 128"
+    return None
+
+
 #: shared memory one H100 block may use (227 KB); a config over it fails to launch (OutOfResources)
 SHARED_MEMORY_BYTES = 232448
 

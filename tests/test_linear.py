@@ -318,3 +318,18 @@ def test_dequant_gemm_chunks_cover_every_row(tiled, device):
     assert rel_err(y, ref) < tol("dequant_gemm")
     if device == "cpu":  # cuBLAS may pick another kernel for 16 columns than for 40
         assert torch.equal(y, _run_dequant_gemm(x, K.prepare_mxfp4(w), b))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES + [(2, 40, 640)])
+def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
+    """gemv_h2g's TILED reads tile_mxfp4's copy in 128-K chunks (the row-major K order within a chunk): the same
+    words meet the same x, so the output is bit-identical, K tails and rows past N included."""
+    x, w, b, ref = make(m, n, k, seed=m + 3 * n, dev=device)
+    for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
+                {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "PREFETCH": True, "num_warps": 4},
+                {"BLOCK_M": 4, "BLOCK_N": 32, "BLOCK_K": 512, "num_stages": 3, "num_warps": 4}):
+        y = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **cfg)
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", TILED=True, **cfg), y), cfg
+        assert rel_err(y, ref) < tol("gemv_h2g")
+    with pytest.raises(ValueError, match="must be a multiple of 128"):
+        K.mxfp4_linear(x, w, b, variant="gemv_h2g", TILED=True, BLOCK_K=64 * 1, BLOCK_N=8, num_warps=2)

@@ -284,6 +284,33 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
                                           variant="moe_mma", **untiled))
 
 
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
+    {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "BLOCK_N2": 8},
+    {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+])
+def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
+    """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
+    halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
+    partial row tiles in both layers."""
+    e, h, i, k, t = 4, 288, 160, 2, 9
+    g = torch.Generator().manual_seed(5)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2).to(device)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2).to(device)
+    b1, b2 = (torch.randn(e, 2 * i, generator=g) * 0.1).to(device), (torch.randn(e, h, generator=g) * 0.1).to(device)
+    sample = rgen.generate("zipf(1.2)", t, e, k, seed=2)
+    x = torch.randn(t, h, generator=g).to(torch.bfloat16).to(device)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
+    ref = K.reference_moe(x.float().cpu(), (sample.ids, sample.weights), *(a.cpu() for a in (w1, b1, w2, b2)))
+    assert rel_err(y, ref) < TOL
+    assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
+    t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
+    assert torch.equal(K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, **cfg), y)
+    with pytest.raises(ValueError, match="COMBINE=True's kernel reads row-major weights"):
+        K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, COMBINE=True)
+
+
 def test_moe_mma_register_rule():
     """Configs whose sm_90 builds spilled are refused with the reason; the default is admitted."""
     v = K.VARIANTS["moe_mma"]
