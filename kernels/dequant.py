@@ -26,8 +26,9 @@ def _dequant_kernel(w_ptr, s_ptr, y_ptr, R, KW, N, G, KC, BLOCK_R: tl.constexpr,
     m = (rr < R)[:, None] & (rw < KW)[None, :]
     if TILED:  # row n of matrix e: group e * G + n // 16, row n % 16 of each of its chunks (16 words, 4 scales)
         tile = ((rr // N) * G + (rr % N) // 16).to(tl.int64) * KC
-        w_off = ((tile[:, None] + (rw // 16)[None, :]) * 16 + (rr % N % 16)[:, None]) * 16 + (rw % 16)[None, :]
-        s_off = ((tile[:, None] + (rw // 16)[None, :]) * 16 + (rr % N % 16)[:, None]) * 4 + (rw // 4 % 4)[None, :]
+        row = (tile[:, None] + (rw // 16)[None, :]) * 16 + (rr % N % 16)[:, None]  # a row of one chunk
+        w_off = row * 16 + (rw % 16)[None, :]
+        s_off = row * 4 + (rw // 4 % 4)[None, :]
     else:
         w_off = rr[:, None] * KW + rw[None, :]
         s_off = rr[:, None] * (KW // 4) + (rw // 4)[None, :]

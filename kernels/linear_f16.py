@@ -295,8 +295,8 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT: tl.constexpr = False):
     """Word pointers [rows, TW] and scale pointers [rows, G] of the first K tile of rows rn_c, in the row-major
     layout or in tile_mxfp4's (TILED: 16-row groups of 128-K chunks, 16 words and 4 scale bytes per row and
-    chunk; DEINT: mlp1's w1, row r = gate r // 2 or linear r // 2, each half padded to whole groups). A K
-    tile (BLOCK_K a multiple of 128 when TILED) then advances by h2g_steps()."""
+    chunk; DEINT: mlp1's w1, row r = gate r // 2 or linear r // 2, each half padded to whole groups). The next
+    K tile (BLOCK_K a multiple of 128 when TILED) is TW words and G scale bytes on, times 16 when TILED."""
     if TILED:
         r = rn_c
         if DEINT:

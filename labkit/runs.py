@@ -67,6 +67,12 @@ class Run:
     def finish(self) -> None:
         self.update_meta(finished=_now())
 
+    def note_resume(self, what: str) -> None:
+        """Record a resume in meta["resumes"]: the points measured after it ran this checkout's commit, which
+        may differ from the run's git_commit."""
+        self.update_meta(resumes=self.meta.get("resumes", []) + [{"git_commit": git_commit(), "at": _now(),
+                                                                   "what": what}])
+
     @property
     def run_id(self) -> str:
         return self.path.name

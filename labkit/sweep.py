@@ -140,6 +140,7 @@ def expand_linear(spec: dict, on_gpu: bool):
     cases = []
     for shape, (n, k) in shapes.items():
         for m in ms:
+            point_start = len(cases)
             problem = {"op": "linear", "m": m, "n": n, "k": k, "scale_min": 118, "scale_max": 124}
             for base in spec.get("baselines", []):
                 cases.append(LinearCase(shape, m, n, k, base, {}, spec.get("bias", False)))
@@ -156,7 +157,7 @@ def expand_linear(spec: dict, on_gpu: bool):
                 if not on_gpu and spec.get("cpu_configs"):
                     cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                 cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False)) for c in cfgs]
-            have = {(c.variant, _key(c.config)) for c in cases if (c.m, c.n, c.k) == (m, n, k)}
+            have = {(c.variant, _key(c.config)) for c in cases[point_start:]}
             cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False))
                       for name, c in auto_picks(spec, problem) if (name, _key(c)) not in have]
     return cases
@@ -185,6 +186,7 @@ def expand_moe(spec: dict, on_gpu: bool):
         E, k, H, I = MODELS[model]
         for t in tokens:
             for rt in routings:
+                point_start = len(cases)
                 base = dict(model=model, tokens=t, routing=rt, experts=E, top_k=k, hidden=H, intermediate=I)
                 for b in spec.get("baselines", []):
                     cases.append(MoECase(variant=b, **base))
@@ -198,8 +200,7 @@ def expand_moe(spec: dict, on_gpu: bool):
                     if not on_gpu and spec.get("cpu_configs"):
                         cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                     cases += [MoECase(variant=name, config=c, **base) for c in cfgs]
-                have = {(c.variant, _key(c.config)) for c in cases
-                        if (c.model, c.tokens, c.routing) == (model, t, rt)}
+                have = {(c.variant, _key(c.config)) for c in cases[point_start:]}
                 cases += [MoECase(variant=name, config=c, **base) for name, c in auto_picks(spec, problem)
                           if (name, _key(c)) not in have]
     return cases
@@ -225,6 +226,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         run = open_run(resume)
         old = run.meta.get("parameters", {})
         run.update_meta(parameters={**old, "spec": spec, "specs": {**old.get("specs", {}), name: spec}})
+        run.note_resume(f"sweep {name}")
     else:
         run = create_run(name, out=out, parameters={"spec": spec, "specs": {name: spec}})
     store = PointStore(run.path)

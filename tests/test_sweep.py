@@ -29,9 +29,12 @@ def test_small_sweep_end_to_end(tmp_path, capsys):
     assert meta["finished"] and meta["parameters"]["specs"]["tiny_linear"]["op"] == "linear"
     best = best_table(df)
     assert set(best["best"]) == {"gemv"} and best["vs_baseline"].notna().all()
+    assert "resumes" not in meta
     run_sweep(TINY, resume=path, progress=False)  # nothing left to measure
     assert len(PointStore(path).read()) == 6
     assert "6 already stored, 0 to measure" in capsys.readouterr().out
+    resumes = yaml.safe_load((path / "meta.json").read_text())["resumes"]  # which checkout a resume ran
+    assert len(resumes) == 1 and resumes[0]["what"] == "sweep tiny_linear" and "git_commit" in resumes[0]
 
 
 def test_config_that_raises_is_recorded_failed(tmp_path, monkeypatch):
