@@ -206,7 +206,7 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
-                    TILED: tl.constexpr = False):
+                    TILED: tl.constexpr = False, DEINT: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
@@ -232,7 +232,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
             xw = word
         rg = tl.arange(0, G)
         wp, sp = h2g_pointers(w_ptr + e.to(tl.int64) * w_stride_e, s_ptr + e.to(tl.int64) * s_stride_e, rn_c, word,
-                              rg, N, K, TILED, PHASE == 1)  # tiled mlp1: w1 deinterleaved
+                              rg, N, K, TILED, DEINT)
         WSTEP: tl.constexpr = TW * (16 if TILED else 1)
         SSTEP: tl.constexpr = G * (16 if TILED else 1)
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
@@ -447,8 +447,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                          STAGES=cfg.get("num_stages", 1), TILED=cfg.get("TILED", False), num_warps=cfg["num_warps"],
-                          **pdl_launch())
+                          STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
+                          num_warps=cfg["num_warps"], **pdl_launch())
 
 
 def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
