@@ -17,6 +17,9 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
     cpu_configs: 2                           # configs per variant and point without a GPU (interpreter is slow)
     auto_picks: [rows, tiled]                # also what variant="auto" picks at each point, per weight layout
                                              # (kernels/tables.py as checked out): regret measured in the same run
+    best_of: {top: 4, runs: [sources]}       # also the `top` fastest configs per layout that earlier runs measured
+                                             # at each point (tables.leaders); runs: folders or globs, `sources`
+                                             # = the runs the op's tables came from
 
 `run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
 sweep killed at any moment resumes where it stopped and loses at most the point in flight.
@@ -104,6 +107,47 @@ def variant_configs(name: str, grid: dict | list, problem: dict, *, all_tiles: b
     return out
 
 
+def best_of(spec: dict, op: str) -> dict:
+    """tables.leaders of the spec's `best_of` runs ({} without the key)."""
+    import glob
+
+    from .tables import leaders, source_runs
+
+    bo = spec.get("best_of")
+    if not bo:
+        return {}
+    if not isinstance(bo, dict) or not isinstance(bo.get("top"), int) or bo["top"] < 1:
+        raise ValueError(f"spec: best_of is {{top: N >= 1, runs: [...]}}, got {bo!r}")
+    runs: list[str] = []
+    for r in bo.get("runs", ["sources"]):
+        found = source_runs(op) if r == "sources" else sorted(glob.glob(r))
+        if not found:
+            raise ValueError(f"spec: best_of run {r!r} matches no run folder")
+        runs += [f for f in found if f not in runs]
+    return leaders(runs, op, bo["top"])
+
+
+def _extras(spec: dict, problem: dict, lead: list, have: set) -> list[tuple[str, dict]]:
+    """Leaders of earlier runs that the rules admit for `problem`, then auto's picks: what the spec's best_of
+    and auto_picks add to a point beyond its grids (`have`: the (variant, _key(config)) it already holds)."""
+    out = []
+    for name, cfg in lead:
+        v = VARIANTS.get(name)
+        if v is None:
+            continue
+        full = {**v.defaults, **cfg}
+        if v.reason(full, problem) is None:
+            out.append((name, full))
+    out += auto_picks(spec, problem)
+    seen = set(have)
+    kept = []
+    for name, cfg in out:
+        if (name, _key(cfg)) not in seen:
+            seen.add((name, _key(cfg)))
+            kept.append((name, cfg))
+    return kept
+
+
 def auto_picks(spec: dict, problem: dict) -> list[tuple[str, dict]]:
     """(variant, full config) that variant="auto" picks for `problem` with the weight in each layout the
     spec's `auto_picks` lists ("rows": prepare_mxfp4's, "tiled": tile_mxfp4's)."""
@@ -137,6 +181,7 @@ def expand_linear(spec: dict, on_gpu: bool):
     from kernels.linear_bf16 import fits as bf16_fits
 
     rng = random.Random(0)
+    lead = best_of(spec, "linear")
     cases = []
     for shape, (n, k) in shapes.items():
         for m in ms:
@@ -159,7 +204,7 @@ def expand_linear(spec: dict, on_gpu: bool):
                 cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False)) for c in cfgs]
             have = {(c.variant, _key(c.config)) for c in cases[point_start:]}
             cases += [LinearCase(shape, m, n, k, name, c, spec.get("bias", False))
-                      for name, c in auto_picks(spec, problem) if (name, _key(c)) not in have]
+                      for name, c in _extras(spec, problem, lead.get((m,), []), have)]
     return cases
 
 
@@ -179,6 +224,7 @@ def expand_moe(spec: dict, on_gpu: bool):
         parse(rt)  # a bad routing name fails here, before any GPU time is spent
     ranges = spec.get("m_range", {})
     rng = random.Random(0)
+    lead = best_of(spec, "moe")
     cases = []
     for model in models:
         if model not in MODELS:
@@ -201,8 +247,8 @@ def expand_moe(spec: dict, on_gpu: bool):
                         cfgs = rng.sample(cfgs, min(len(cfgs), spec["cpu_configs"]))
                     cases += [MoECase(variant=name, config=c, **base) for c in cfgs]
                 have = {(c.variant, _key(c.config)) for c in cases[point_start:]}
-                cases += [MoECase(variant=name, config=c, **base) for name, c in auto_picks(spec, problem)
-                          if (name, _key(c)) not in have]
+                cases += [MoECase(variant=name, config=c, **base)
+                          for name, c in _extras(spec, problem, lead.get((t, rt), []), have)]
     return cases
 
 

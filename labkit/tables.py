@@ -160,6 +160,33 @@ def _same_config(variant: str, stored: str, cfg: dict) -> bool:
     return {**defaults, **json.loads(stored)} == {**defaults, **cfg}
 
 
+def source_runs(op: str) -> list[str]:
+    """The run folders kernels/tables_measured.py says op's tables were derived from."""
+    from kernels import tables_measured as tm
+
+    src = getattr(tm, "SOURCES", {}).get(op, "")
+    return [r for r in src.split(" + ") if r]
+
+
+def leaders(runs, op: str, top: int) -> dict[tuple, list[tuple[str, dict]]]:
+    """{(m,) linear / (m, routing) MoE: [(variant, config)]}: the `top` fastest configs of every measured problem
+    there, per weight layout, unioned over the problems (so each can be remeasured on all of them, as a
+    shape-agnostic table needs). Why: a sweep that times these leaders side by side on one routing sample
+    (spec key best_of) gives a best time and a table regret free of sample-to-sample noise."""
+    df = _points(runs, op)
+    df["layout"] = df["config"].map(config_layout)
+    out: dict[tuple, list[tuple[str, dict]]] = {}
+    for key, g in df.groupby(_problem_cols(op) + ["m", "layout"]):
+        fastest = g.groupby(["variant", "config"])["t"].min().nsmallest(top)
+        where = (int(key[3]),) if op == "linear" else (int(key[3]), key[2])
+        lst = out.setdefault(where, [])
+        for variant, config in fastest.index:
+            cand = (variant, json.loads(config))
+            if cand not in lst:
+                lst.append(cand)
+    return out
+
+
 def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:
     """Write kernels/tables_measured.py: the keyed tables ({TABLE_NAMES value: tables}) as Python data plus
     the runs they came from."""

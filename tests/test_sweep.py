@@ -172,3 +172,42 @@ def test_a_grid_may_hold_its_own_token_range():
     problem = {"op": "linear", "m": 4, "n": 64, "k": 64, "scale_min": 118, "scale_max": 124}
     assert [c["BLOCK_M"] for c in variant_configs("gemv_mma", grids, problem)] == [8, 16]
     assert [c["BLOCK_M"] for c in variant_configs("gemv_mma", grids, {**problem, "m": 64})] == [16]
+
+
+def test_best_of_adds_earlier_leaders_the_rules_admit(tmp_path):
+    """`best_of` adds at each point the fastest configs earlier runs measured there (once each, only those
+    the current rules admit for the point), so they are timed side by side on one routing sample."""
+    from labkit.results import PointStore
+    from labkit.runs import create_run
+    from labkit.sweep import expand_moe
+
+    h2g = {"BLOCK_K": 256, "BLOCK_M": 1, "BLOCK_N": 16, "num_warps": 2}
+    pts = [{"op": "moe_layer", "variant": "moe_h2g", "config": {**h2g, "BLOCK_N": bn}, "m": 1, "n": 5760,
+            "k": 2880, "experts": 32, "routing": "uniform", "model": "gpt-oss-20b", "status": "ok", "us_graph": us}
+           for bn, us in ((16, 10.0), (32, 12.0), (64, 20.0))]
+    pts.append({**pts[0], "config": {**h2g, "BLOCK_K": 48}, "us_graph": 1.0})  # ruled out now (BLOCK_K % 32)
+    run = create_run("old", out=tmp_path / "old")
+    PointStore(run.path).append(pts)
+    spec = {"op": "moe", "models": ["gpt-oss-20b"], "tokens": [1, 2], "routings": ["uniform"], "variants": {},
+            "best_of": {"top": 3, "runs": [str(tmp_path / "ol*")]}}
+    cases = expand_moe(spec, on_gpu=True)
+    got = sorted(c.config["BLOCK_N"] for c in cases if c.tokens == 1)
+    assert got == [16, 32] and all(c.tokens == 1 for c in cases)
+    assert all(c.config == {**K.VARIANTS["moe_h2g"].defaults, **c.config} for c in cases)
+    with pytest.raises(ValueError, match="matches no run folder"):
+        expand_moe({**spec, "best_of": {"top": 2, "runs": [str(tmp_path / "nothing*")]}}, on_gpu=True)
+    with pytest.raises(ValueError, match="best_of is"):
+        expand_moe({**spec, "best_of": {"top": 0}}, on_gpu=True)
+
+
+def test_every_config_of_a_moe_point_is_timed_on_one_routing_sample():
+    """The routing sample of a MoE point depends on the point only, so configs are compared on the same
+    experts touched; points differ."""
+    from labkit.bench_moe import point_seed
+    from labkit.routing import generate
+
+    assert point_seed(8, "uniform") == point_seed(8, "uniform")
+    seeds = {point_seed(t, r) for t in (1, 8, 64) for r in ("uniform", "zipf(1.2)")}
+    assert len(seeds) == 6
+    a, b = (generate("uniform", 8, 128, 4, seed=point_seed(8, "uniform")) for _ in range(2))
+    assert a.ids.equal(b.ids)

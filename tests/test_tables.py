@@ -93,3 +93,20 @@ def test_package_tables_come_from_committed_h100_runs():
            "scale_max": 124}
     variant, cfg = pick_moe(moe)[:2]
     assert variant == "moe_mma" and cfg["WGMMA"] and not cfg["TILED"]  # prefill: wgmma on the row-major weights
+
+
+def test_leaders_are_the_fastest_per_layout_unioned_over_problems(tmp_path):
+    """tables.leaders: per token count, the `top` fastest configs of each problem in each layout, unioned
+    over the problems (what a best_of sweep remeasures side by side)."""
+    from labkit.tables import leaders
+
+    mma = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2}
+    run = _run(tmp_path, [_pt("a", 128, 4, "gemv", 9), _pt("a", 128, 4, "gemv", 7, {"BLOCK_N": 32}),
+                          _pt("a", 128, 4, "gemv", 11, {"BLOCK_N": 16}),
+                          _pt("b", 256, 4, "gemv", 5, {"BLOCK_N": 16}), _pt("b", 256, 4, "gemv", 6),
+                          _pt("a", 128, 4, "gemv_mma", 8, {**mma, "TILED": True}),
+                          _pt("a", 128, 8, "gemv", 3)])
+    got = leaders(run, "linear", top=1)
+    assert got[(4,)] == [("gemv", {"BLOCK_N": 32}), ("gemv_mma", {**mma, "TILED": True}), ("gemv", {"BLOCK_N": 16})]
+    assert got[(8,)] == [("gemv", {"BLOCK_N": 64})]
+    assert len(leaders(run, "linear", top=2)[(4,)]) == 4  # a: 32, 64 and the tiled one; b adds 16
