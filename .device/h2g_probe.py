@@ -30,23 +30,29 @@ MODES = {"rows": (r1, r2), "tiled": (tile_mxfp4(r1, True), tile_mxfp4(r2)),
          "tiled_il": (tile_mxfp4(r1), tile_mxfp4(r2)), "w2tiled": (r1, tile_mxfp4(r2)),
          "w1tiled": (tile_mxfp4(r1, True), r2)}
 print("T mode us_graph")
-for T, cfg in CFG.items():
-    sample = generate("uniform", T, b.E, b.k, seed=0)
+from labkit.bench_moe import point_seed  # noqa: E402
+
+SEEDS = {"seed0": lambda T: 0, "point": lambda T: point_seed(T, "uniform")}
+for (T, cfg), (sname, seed), n in [(tc, sd, n) for tc in CFG.items() for sd in SEEDS.items()
+                                   for n in ((24, 1) if dev.type == "cuda" and not ncu else (1,))]:
+    sample = generate("uniform", T, b.E, b.k, seed=seed(T))
     x = torch.randn(T, b.H, device=dev).to(torch.bfloat16)
-    n = 24 if dev.type == 'cuda' else 1
     routings = [kernels.Routing.from_ids(sample.ids.to(dev) if c == 0 else _relabel(sample.ids.to(dev), b.E, seed=c),
                                          sample.weights.to(dev), b.E, validate=False) for c in range(n)]
     ref = None
     for mode, (p1, p2) in MODES.items():
+        if mode not in ("rows", "tiled") and (sname != "seed0" or n != 24):
+            continue
         c = dict(cfg, TILED=p1.tiled or p2.tiled)
         fn = lambda r, p1=p1, p2=p2, c=c, x=x: km._run_moe_h2g(x, r, p1, b.b1, p2, b.b2, 1.702, 7.0, **c)  # noqa: E731
         y = fn(routings[0])
         ref = y if ref is None else ref
         ok = torch.equal(y, ref)
         if ncu:
-            print(f"NCU {T} {mode}", flush=True)
+            print(f"NCU {T} {sname} {mode}", flush=True)
             fn(routings[0])
             torch.cuda.synchronize()
             continue
         t = time_calls([lambda r=r, fn=fn: fn(r) for r in routings])
-        print(f"{T} {mode:9s} {t['us_graph'] or t['us_eager']:8.1f} {'same' if ok else 'DIFFERENT'}", flush=True)
+        print(f"{T} {sname} distinct={sample.stats()['distinct_experts']} copies={n} {mode:9s} "
+              f"{t['us_graph'] or t['us_eager']:8.1f} {'same' if ok else 'DIFFERENT'}", flush=True)

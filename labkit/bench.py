@@ -69,6 +69,12 @@ def _percentile(vals: Sequence[float], q: float) -> float:
     return s[idx]
 
 
+#: GPU clock cycles of the spin kernel queued ahead of each timed graph replay (~50 us at H100 clocks): longer
+#: than the host takes to enqueue the start event and launch the graph, so a replay's time is device time only.
+#: Without it, a layer of ~40 us timed as one replay (one weight copy) read 3-7 us slower (.device/h2g_probe.py).
+SPIN_CYCLES = 100_000
+
+
 def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup: int = 3) -> dict:
     """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
 
@@ -96,8 +102,10 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
 
-    def timed(fn) -> float:
+    def timed(fn, spin: bool = False) -> float:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if spin and SPIN_CYCLES:  # GPU busy while the host enqueues `a` and the replay: host latency stays out
+            torch.cuda._sleep(SPIN_CYCLES)
         a.record()
         fn()
         b.record()
@@ -114,7 +122,7 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
         eager_pass()
     for _ in range(warmup):
         graph.replay()
-    reps_t = [timed(graph.replay) for _ in range(reps)]
+    reps_t = [timed(graph.replay, spin=True) for _ in range(reps)]
     del graph
     return {"us_graph": statistics.median(reps_t), "us_graph_p10": _percentile(reps_t, 0.1),
             "us_graph_p90": _percentile(reps_t, 0.9), "us_eager": statistics.median(eager),

@@ -238,7 +238,7 @@ def cmd_model_profile(args) -> int:
 
     result = profile_decode(args.model, weights=args.weights, batch=args.batch, prompt=args.prompt,
                             decode=args.decode, moe=args.moe, lm_head=args.lm_head, rounding=args.rounding,
-                            attention=args.attention,
+                            attention=args.attention, layout=args.layout,
                             seed=args.seed, device=args.device, profile_steps=args.profile_steps, nvtx=args.nvtx,
                             check=not args.no_check)
     print(result.summary())
@@ -278,7 +278,7 @@ def cmd_model_diverge(args) -> int:
 def _add_model_parser(sub) -> None:
     from kernels import ROUNDINGS
 
-    from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS
+    from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS, WEIGHT_LAYOUTS
     from .model.config import PRESETS
 
     model = sub.add_parser("model", help="GPT-OSS model runs: decode profile, divergence finder")
@@ -304,6 +304,9 @@ def _add_model_parser(sub) -> None:
     p.add_argument("--lm-head", default="auto", choices=["auto", *LM_HEAD_BACKENDS],
                    help="lm_head backend (auto: mxfp4 kernel on a GPU, mxfp4-torch on a CPU)")
     p.add_argument("--rounding", default="floor", choices=list(ROUNDINGS), help="MXFP4 scale rule of the lm_head")
+    p.add_argument("--layout", default="rows", choices=list(WEIGHT_LAYOUTS),
+                   help="weight layout of the MXFP4 kernels: rows (prepare_mxfp4) or tiled (tile_mxfp4, the TILED "
+                        "configs' auto tables); default rows")
     p.add_argument("--profile-steps", type=int, default=3, help="eager decode steps under torch.profiler")
     p.add_argument("--nvtx", action="store_true", help="emit NVTX ranges (domain mxfp4lab) for Nsight Systems")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against the torch reference")

@@ -1,18 +1,20 @@
 """The GPT-OSS model on the tiny preset (CPU, torch backends): math, cache, weights, backend seam."""
 
+import gc
 import math
+import weakref
 
 import fake_kernels
 import pytest
 import torch
 
 import kernels
-from kernels import dequantize_mxfp4, reference_moe
-from labkit.model import Backends, DecodeRunner, GptOss, get_config, synthetic_weights
+from kernels import PreparedMXFP4, dequantize_mxfp4, prepare_mxfp4, reference_moe, tile_mxfp4
+from labkit.model import Backends, DecodeRunner, GptOss, get_config, resolve_backends, synthetic_weights
 from labkit.model.attention import kv_head_map
 from labkit.model.moe import moe_torch, route_torch
 from labkit.model.rope import apply_rope, yarn_frequencies
-from labkit.model.weights import random_mxfp4, synthetic_scale_byte
+from labkit.model.weights import expert_rows, random_mxfp4, synthetic_scale_byte
 
 CFG = get_config("tiny")
 
@@ -316,3 +318,70 @@ def test_weights_move_between_devices(weights):
     moved = weights.to("cpu")
     assert moved is not weights and torch.equal(moved.layers[0].w1.blocks, weights.layers[0].w1.blocks)
     assert moved.nbytes() == weights.nbytes()
+
+
+# ---------------------------------------------------------------------------------------------------- layout
+
+
+def test_backends_layout_is_checked_and_labelled_only_when_tiled():
+    with pytest.raises(ValueError, match="layout must be one of rows, tiled, got 'cols'"):
+        Backends(layout="cols")
+    rows, tiled = (Backends(moe="triton", lm_head="mxfp4", layout=v) for v in ("rows", "tiled"))
+    assert rows == Backends(moe="triton", lm_head="mxfp4")  # rows is the default
+    assert rows.label() == "moe=triton,lm_head=mxfp4/floor"  # existing run labels unchanged
+    assert tiled.label() == "moe=triton,lm_head=mxfp4/floor,layout=tiled"
+    assert tiled.reference() == rows.reference() and tiled.reference().layout == "rows"
+    assert resolve_backends("triton", "mxfp4", device="cpu", layout="tiled") == tiled
+    assert resolve_backends(device="cpu").layout == "rows"
+
+
+def test_expert_rows_undoes_tile_mxfp4():
+    """The torch MoE reads tiled experts through expert_rows: the exact row-major bytes back, with rows (40
+    gate/linear pairs) and K (96) that both need tile_mxfp4's padding."""
+    w = random_mxfp4((3, 80, 96), seed=0, name="w", device="cpu")
+    for held in (tile_mxfp4(w, deinterleave=True), tile_mxfp4(w), prepare_mxfp4(w), w):
+        for e in range(3):
+            got = expert_rows(held, e)
+            assert got.layout == "openai" and got.shape == (80, 96)
+            assert torch.equal(got.blocks, w[e].blocks) and torch.equal(got.scales, w[e].scales)
+
+
+def test_owned_weights_are_tiled_in_place_and_the_row_major_copy_freed(device):
+    """A model that owns its weights (profile.load_model) ends up holding one copy of each expert weight: the
+    row-major MXFP4Tensors (and the prepare/tile caches hanging off them) are unreferenced once it is built."""
+    w = synthetic_weights(CFG, seed=0, device=device)
+    old = [weakref.ref(getattr(lw, n)) for lw in w.layers for n in ("w1", "w2")]
+    m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4", layout="tiled"), own_weights=True)
+    gc.collect()
+    assert m.weights is w and all(r() is None for r in old)
+    assert all(lw.w1.tiled and lw.w1.deinterleaved and lw.w2.tiled for lw in m.weights.layers)
+    assert m.lm_head.q.tiled and not hasattr(m.lm_head.q, "_prepared")
+    assert m.weights.nbytes() > 0
+
+
+def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):
+    """layout tiled: the triton MoE's w1 (deinterleaved), w2 and the mxfp4 lm_head are held tiled, in the
+    model's own layer objects (the shared weights keep their row-major experts for other models), and prefill
+    and decode logits match the row-major model. The tiled model runs other kernel configs (the TILED auto
+    tables) over the same bytes: only the fp32 accumulation order may differ, whose effect on bf16 outputs is
+    a rounding step (~0.4%) here and there, so 1% relative error is allowed (bit-identical in the interpreter,
+    but a GPU may pick split-K or other tile shapes). The profile's parity check against the torch reference,
+    which shares the tiled experts, passes as it does for rows."""
+    from labkit.model.profile import PARITY_LAYER0_TOL, _parity_check
+
+    w = weights.to(device)
+    t = tokens(1, 3, seed=7).to(device)
+    out = {}
+    for layout in ("rows", "tiled"):
+        m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4", layout=layout))
+        cache = m.new_cache(1, 4)
+        first = m.prefill(t, cache)
+        out[layout] = (first, m.decode_step(first.argmax(-1), cache)[1])
+    assert all(isinstance(lw.w1, PreparedMXFP4) and lw.w1.tiled and lw.w1.deinterleaved and lw.w2.tiled
+               and not lw.w2.deinterleaved for lw in m.weights.layers)
+    assert isinstance(m.lm_head.q, PreparedMXFP4) and m.lm_head.q.tiled
+    assert isinstance(w.layers[0].w1, kernels.MXFP4Tensor)  # the caller's weights are left row-major
+    for ref, got in zip(out["rows"], out["tiled"]):
+        assert ((got - ref).norm() / ref.norm()).item() < 1e-2
+    parity = _parity_check(m, m.backends.reference(), t)
+    assert parity["layer0_max_rel_err"] <= PARITY_LAYER0_TOL and parity["top1_agree"] == 1.0

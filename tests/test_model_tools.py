@@ -105,6 +105,22 @@ def test_cli_profile_stores_a_decode_step_run(tmp_path, capsys):
     assert json.loads((run / "meta.json").read_text())["finished"]
 
 
+def test_cli_profile_layout_is_a_run_parameter(tmp_path, capsys):
+    """--layout reaches the Backends, the run's parameters and its point's label; with the torch backends
+    (auto on a CPU) nothing reads the layout, so no parity check is run against an identical reference."""
+    assert main(["model", "profile", "--model", "tiny", "--prompt", "4", "--decode", "2", "--profile-steps", "1",
+                 "--layout", "tiled", "--out", str(tmp_path / "run")]) == 0
+    assert "layout=tiled" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["parameters"]["backends"]["layout"] == "tiled"
+    pts = pd.read_parquet(tmp_path / "run" / "points.parquet")
+    assert pts["variant"].tolist() == ["moe=torch,lm_head=mxfp4-torch/floor,layout=tiled"]
+    assert json.loads((tmp_path / "run" / "profile.json").read_text())["parity"] is None
+    with pytest.raises(SystemExit):
+        main(["model", "profile", "--layout", "cols"])
+    assert "argument --layout: invalid choice: 'cols'" in capsys.readouterr().err
+
+
 def test_cli_model_errors_exit_2(capsys):
     assert main(["model", "profile", "--decode", "0"]) == 2
     assert "labkit model profile: error: decode must be at least 1" in capsys.readouterr().err
@@ -157,6 +173,10 @@ def test_variant_specs():
     assert parse_variant("kernels,attention=torch").backends.attention == "torch"
     v = parse_variant("moe=torch-w4a8,lm_head=mxfp4-torch,rounding=even,faults=gqa_mod+rope_pairs")
     assert v.backends == Backends("torch-w4a8", "mxfp4-torch", "even") and v.faults == {"gqa_mod", "rope_pairs"}
+    assert parse_variant("kernels,layout=tiled").backends == Backends("triton", "mxfp4", attention="triton",
+                                                                       layout="tiled")
+    with pytest.raises(ValueError, match="layout must be one of rows, tiled"):
+        parse_variant("layout=cols")
     with pytest.raises(ValueError, match="unknown setting 'kv'"):
         parse_variant("kv=fp8")
     with pytest.raises(ValueError, match="lm_head backend must be one of"):

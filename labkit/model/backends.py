@@ -16,6 +16,17 @@ Three switchable components, each built once per model:
            "mxfp4-torch" weight quantized to MXFP4 at load, dequantized once, torch linear (reference math)
            "mxfp4"       weight quantized to MXFP4 at load, kernels.mxfp4_linear(h, w)
 
+Weight layout of the MXFP4 kernels, chosen once when the model is built (kernels/prepare.py):
+  layout   "rows"        row-major (prepare_mxfp4), what every kernel config reads
+           "tiled"       tile_mxfp4: the triton MoE's w1 (deinterleave=True) and w2 and the mxfp4 lm_head's weight
+                         are held tiled, and moe_mxfp4 / mxfp4_linear pick from the TILED configs' auto tables.
+                         The model holds one copy: its layers get the tiled experts, not the row-major ones
+                         (weights.tile_experts; in place, freeing each row-major layer, when the model owns its
+                         weights: GptOss(own_weights=True), as profile.load_model builds it).
+                         Only the kernel backends read it: with moe="torch"/"torch-w4a8" or a bf16/mxfp4-torch
+                         lm_head those parts stay as they are (the torch MoE reads tiled experts that a kernel
+                         model shares with it, one expert untiled at a time: weights.expert_rows).
+
 Kernel functions are imported when a backend is built, so the model imports (and runs its torch backends)
 before the kernels exist.
 """
@@ -27,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels import ROUNDINGS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4
+from kernels import ROUNDINGS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4, tile_mxfp4
 
 from .config import ModelConfig
 from .faults import TORCH_MOE_FAULTS
@@ -36,6 +47,7 @@ from .moe import TorchRouting, moe_torch, route_torch
 ATTENTION_BACKENDS = ("torch", "triton")
 MOE_BACKENDS = ("torch", "torch-w4a8", "triton")
 LM_HEAD_BACKENDS = ("bf16", "mxfp4-torch", "mxfp4")
+WEIGHT_LAYOUTS = ("rows", "tiled")
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class Backends:
     lm_head: str = "bf16"
     lm_head_rounding: str = "floor"  # scale rule when the lm_head is quantized to MXFP4 at load
     attention: str = "torch"
+    layout: str = "rows"  # weight layout of the MXFP4 kernels (see the module docstring)
 
     def __post_init__(self):
         if self.attention not in ATTENTION_BACKENDS:
@@ -55,6 +68,8 @@ class Backends:
             raise ValueError(f"lm_head backend must be one of {', '.join(LM_HEAD_BACKENDS)}, got {self.lm_head!r}")
         if self.lm_head_rounding not in ROUNDINGS:
             raise ValueError(f"lm_head_rounding must be one of {', '.join(ROUNDINGS)}, got {self.lm_head_rounding!r}")
+        if self.layout not in WEIGHT_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(WEIGHT_LAYOUTS)}, got {self.layout!r}")
 
     @property
     def graph_safe(self) -> bool:
@@ -64,19 +79,21 @@ class Backends:
     def label(self) -> str:
         rounding = f"/{self.lm_head_rounding}" if self.lm_head != "bf16" else ""
         attention = "attention=triton," if self.attention == "triton" else ""  # runs before it had torch attention
-        return f"{attention}moe={self.moe},lm_head={self.lm_head}{rounding}"
+        layout = ",layout=tiled" if self.layout == "tiled" else ""  # row-major runs keep their old labels
+        return f"{attention}moe={self.moe},lm_head={self.lm_head}{rounding}{layout}"
 
     def reference(self) -> Backends:
-        """The torch backends computing the same numbers (what parity checks compare against)."""
+        """The torch backends computing the same numbers (what parity checks compare against); they read
+        row-major weights (the layout changes where bytes sit, not the numbers)."""
         return Backends(moe="torch-w4a8" if self.moe == "torch-w4a8" else "torch",
                         lm_head="bf16" if self.lm_head == "bf16" else "mxfp4-torch",
-                        lm_head_rounding=self.lm_head_rounding, attention="torch")
+                        lm_head_rounding=self.lm_head_rounding, attention="torch", layout="rows")
 
 
 def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "floor", device=None,
-                     attention: str = "auto") -> Backends:
+                     attention: str = "auto", layout: str = "rows") -> Backends:
     """'auto': the lab's kernels on a GPU (attention=triton, moe=triton, lm_head=mxfp4), their torch reference
-    on a CPU (attention=torch, moe=torch, lm_head=mxfp4-torch)."""
+    on a CPU (attention=torch, moe=torch, lm_head=mxfp4-torch). layout is taken as given (no 'auto')."""
     gpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
     if attention == "auto":
         attention = "triton" if gpu else "torch"
@@ -84,7 +101,7 @@ def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "
         moe = "triton" if gpu else "torch"
     if lm_head == "auto":
         lm_head = "mxfp4" if gpu else "mxfp4-torch"
-    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding, attention=attention)
+    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding, attention=attention, layout=layout)
 
 
 def _import_kernel(name: str, backend: str):
@@ -176,11 +193,12 @@ class TorchMXFP4LmHead:
 
 
 class TritonMXFP4LmHead:
-    """kernels.mxfp4_linear on the MXFP4 weight."""
+    """kernels.mxfp4_linear on the MXFP4 weight; tiled: only the tile_mxfp4 copy is kept (the row-major one,
+    and the prepare/tile caches on it, go with the temporary quantize_rows result)."""
 
-    def __init__(self, w: torch.Tensor, rounding: str):
+    def __init__(self, w: torch.Tensor, rounding: str, tiled: bool = False):
         self._linear = _import_kernel("mxfp4_linear", "mxfp4")
-        self.q = quantize_rows(w, rounding)
+        self.q = tile_mxfp4(quantize_rows(w, rounding)) if tiled else quantize_rows(w, rounding)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return self._linear(h, self.q)
@@ -191,4 +209,4 @@ def make_lm_head(backends: Backends, weight: torch.Tensor):
         return Bf16LmHead(weight)
     if backends.lm_head == "mxfp4-torch":
         return TorchMXFP4LmHead(weight, backends.lm_head_rounding)
-    return TritonMXFP4LmHead(weight, backends.lm_head_rounding)
+    return TritonMXFP4LmHead(weight, backends.lm_head_rounding, tiled=backends.layout == "tiled")

@@ -4,7 +4,8 @@ Only the experts a batch touches are dequantized (one at a time, so a 512-token 
 never holds more than one dense expert). Math is fp32 (dequantized weights are exact in fp32, activations
 upcast from bf16) and the output is cast to bf16; the same numbers as `kernels.reference_moe`, but the
 per-assignment intermediates are kept for the divergence finder. Eager only: the expert loop reads the
-routed ids on the host.
+routed ids on the host. Experts held tiled (a kernel model's layout "tiled", shared with its reference) are
+read one expert at a time through weights.expert_rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from kernels import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp8, swiglu_g
 from .config import ModelConfig
 from .faults import softmax_then_topk, swiglu_without_plus1
 from .nvtx_ranges import rng
-from .weights import LayerWeights
+from .weights import LayerWeights, expert_rows
 
 Emit = Callable[[str, torch.Tensor], None]
 
@@ -75,12 +76,12 @@ def moe_torch(x: torch.Tensor, routing, lw: LayerWeights, config: ModelConfig, *
     for e in torch.unique(flat).tolist():
         sel = (flat == e).nonzero().squeeze(1)
         with rng("moe.mlp1"):
-            a = act(xf[token[sel]] @ dequantize_mxfp4(lw.w1[e]).T + lw.b1[e])
+            a = act(xf[token[sel]] @ dequantize_mxfp4(expert_rows(lw.w1, e)).T + lw.b1[e])
             mlp1[sel] = a
         with rng("moe.mlp2"):
             if act_format == "mxfp8":
                 a = _mxfp8_roundtrip(a)
-            mlp2[sel] = a @ dequantize_mxfp4(lw.w2[e]).T + lw.b2[e]
+            mlp2[sel] = a @ dequantize_mxfp4(expert_rows(lw.w2, e)).T + lw.b2[e]
     if emit is not None:
         emit("moe.mlp1", mlp1.view(T, k, -1))
         emit("moe.mlp2", mlp2.view(T, k, H))

@@ -11,6 +11,7 @@ against the seeds' gate: < 10% stop, 10-30% modest, > 30% worthwhile.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import statistics
 import time
@@ -263,23 +264,27 @@ def _percentile(xs: list[float], q: float) -> float:
 
 
 def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, seed: int = 0, device=None) -> GptOss:
-    """A model with synthetic weights ('synthetic') or a checkpoint path on `device`."""
+    """A model with synthetic weights ('synthetic') or a checkpoint path on `device`. The model owns the
+    loaded weights, so layout "tiled" replaces the row-major experts in place (one copy held)."""
     cfg = get_config(model)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return GptOss(cfg, load_weights(cfg, weights, seed=seed, device=device), backends)
+    return GptOss(cfg, load_weights(cfg, weights, seed=seed, device=device), backends, own_weights=True)
 
 
 @torch.inference_mode()
 def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: int = 1, prompt: int = 512,
                    decode: int = 64, moe: str = "auto", lm_head: str = "auto", rounding: str = "floor",
                    seed: int = 0, device=None, profile_steps: int = 3, nvtx: bool = False,
-                   check: bool = True, attention: str = "auto") -> ProfileResult:
-    """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time."""
+                   check: bool = True, attention: str = "auto", layout: str = "rows") -> ProfileResult:
+    """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time.
+
+    layout: weight layout of the MXFP4 kernels, "rows" or "tiled" (Backends.layout), to measure end to end
+    what the tiled layout buys."""
     for name, v in (("batch", batch), ("prompt", prompt), ("decode", decode), ("profile_steps", profile_steps)):
         if v < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backends = resolve_backends(moe, lm_head, rounding, device, attention)
+    backends = resolve_backends(moe, lm_head, rounding, device, attention, layout)
     cfg = get_config(model)
     gpu = device.type == "cuda"
     if gpu:
@@ -333,7 +338,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
 
     status, rel, parity = "ok", None, None
     reference = backends.reference()
-    if check and reference != backends:
+    if check and reference != dataclasses.replace(backends, layout="rows"):  # torch backends ignore the layout
         parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
         rel = parity["rel_err"]
         status = "ok" if parity["layer0_max_rel_err"] <= PARITY_LAYER0_TOL else "incorrect"
@@ -379,7 +384,8 @@ def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) 
 
 def _parity_check(model: GptOss, reference: Backends, tokens: torch.Tensor) -> dict:
     """The profiled backends vs their torch reference (same weights) on a short prompt: final-logit metrics
-    plus the largest relative error of any layer-0 component (what the status is judged on)."""
+    plus the largest relative error of any layer-0 component (what the status is judged on). With layout
+    "tiled" the reference shares the tiled experts (no second copy) and reads them one expert at a time."""
     from .parity import model_parity
 
     ref = GptOss(model.config, model.weights, reference)

@@ -8,13 +8,14 @@ in openai layout, w1 [E, 2I, H] with gate/linear rows interleaved, w2 [E, H, I].
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, fields
 
 import torch
 
-from kernels import E2M1_VALUES, MX_BLOCK, MXFP4Tensor
+from kernels import E2M1_VALUES, MX_BLOCK, MXFP4Tensor, PreparedMXFP4, tile_mxfp4
 
 from .config import ModelConfig
 
@@ -50,9 +51,9 @@ class LayerWeights:
     mlp_norm: torch.Tensor  # [H] fp32
     gate_w: torch.Tensor  # [E, H] bf16 (router)
     gate_b: torch.Tensor  # [E] bf16
-    w1: MXFP4Tensor  # [E, 2I, H]
+    w1: MXFP4Tensor  # [E, 2I, H] (a tiled PreparedMXFP4 in a model built with layout "tiled": tile_experts)
     b1: torch.Tensor  # [E, 2I] fp32
-    w2: MXFP4Tensor  # [E, H, I]
+    w2: MXFP4Tensor  # [E, H, I] (likewise)
     b2: torch.Tensor  # [E, H] fp32
 
 
@@ -74,10 +75,13 @@ class Weights:
         return Weights(self.embedding.to(device), layers, self.norm.to(device), self.unembedding.to(device))
 
     def nbytes(self) -> int:
-        """Bytes held (MXFP4 experts counted packed)."""
+        """Bytes held (MXFP4 experts counted packed; tiled ones with their padding)."""
         total = 0
         for t in self.named().values():
-            total += t.nbytes if isinstance(t, MXFP4Tensor) else t.numel() * t.element_size()
+            if isinstance(t, PreparedMXFP4):
+                total += t.words.nbytes + t.scales.nbytes  # blocks views the words' bytes
+            else:
+                total += t.nbytes if isinstance(t, MXFP4Tensor) else t.numel() * t.element_size()
         return total
 
     def named(self) -> dict:
@@ -159,6 +163,50 @@ def weights_from_named(config: ModelConfig, tensors: dict, source: dict[str, str
     layers = [LayerWeights(**{k: conv[f"block.{n}.{v}"] for k, v in LAYER_NAMES.items()})
               for n in range(config.layers)]
     return Weights(**{k: conv[v] for k, v in TOP_NAMES.items()}, layers=layers)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tiled experts (Backends.layout "tiled")
+
+
+def tile_experts(weights: Weights, *, in_place: bool = False) -> Weights:
+    """Weights whose experts are held in tile_mxfp4's layout: w1 deinterleaved (mlp1), w2 as is.
+
+    in_place: each LayerWeights' w1/w2 is replaced layer by layer, so once the caller holds no other
+    reference the row-major copy of a layer is freed before the next is tiled (peak: the weights plus one
+    layer; gpt-oss-120b's experts do not fit twice on an 80 GB GPU). Otherwise new LayerWeights are made and
+    the caller's keep their row-major experts (which then also reach the tiled copies through the
+    prepare_mxfp4 / tile_mxfp4 caches: both are held for as long as the caller keeps its weights). Already
+    tiled experts are kept as they are.
+    """
+    if not in_place:
+        weights = dataclasses.replace(weights, layers=[dataclasses.replace(lw) for lw in weights.layers])
+    for lw in weights.layers:
+        lw.w1 = tile_mxfp4(lw.w1, deinterleave=True)
+        lw.w2 = tile_mxfp4(lw.w2)
+    return weights
+
+
+def expert_rows(w: MXFP4Tensor | PreparedMXFP4, e: int) -> MXFP4Tensor:
+    """Expert e of a stacked [E, N, K] weight as a row-major MXFP4Tensor, whatever layout it is held in.
+
+    Why: a kernel model with layout "tiled" holds only tiled experts, and the torch reference built over the
+    same weights (profile's parity check) reads them through this exact inverse of tile_mxfp4, one expert
+    at a time, instead of a second full row-major copy.
+    """
+    if isinstance(w, MXFP4Tensor):
+        return w[e]
+    N, K = w.shape[-2:]
+    blocks, scales = w.blocks[e], w.scales[e]
+    if w.tiled:  # [G, KC, 16, bytes per chunk] -> [G * 16, KC * bytes per chunk], then drop the padding
+        blocks, scales = (t.transpose(-3, -2).reshape(t.shape[0] * t.shape[2], -1) for t in (blocks, scales))
+        blocks, scales = blocks[:, :K // 2], scales[:, :K // MX_BLOCK]
+        if w.deinterleaved:  # gate rows, padded to whole 16-row groups, then linear rows: interleave again
+            half, padded = N // 2, blocks.shape[0] // 2
+            blocks, scales = (torch.stack((t[:half], t[padded:padded + half]), 1).reshape(N, -1)
+                              for t in (blocks, scales))
+        blocks, scales = blocks[:N], scales[:N]
+    return MXFP4Tensor(blocks.reshape(N, K // MX_BLOCK, 16).contiguous(), scales.contiguous(), "openai", (N, K))
 
 
 # --------------------------------------------------------------------------------------------------------
