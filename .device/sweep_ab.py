@@ -15,5 +15,5 @@ for t in (8, 1):
             full = measure_moe(case, b, seed=rep + 1)["us_graph"]
             plain = time_calls(b.calls(case, sample)[0])["us_graph"]
             full2 = measure_moe(case, b, seed=rep + 7)["us_graph"]
-            print(f"T={t} rep={rep} tiled={tiled!s:5s} measure_moe {full:7.1f}  plain {plain:7.1f}  measure_moe {full2:7.1f}",
+            print(f"T={t} rep={rep} tiled={tiled!s:5s} measure_moe {full:7.1f} plain {plain:7.1f} again {full2:7.1f}",
                   flush=True)
