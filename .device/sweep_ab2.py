@@ -17,8 +17,8 @@ case = {tl: MoECase(model="gpt-oss-120b", tokens=t, routing="uniform", experts=1
                     intermediate=2880, variant="moe_h2g", config={**CFG, "TILED": tl}) for tl in (False, True)}
 
 
-def tiled_time():
-    return time_calls(b.calls(case[True], sample)[0])["us_graph"]
+def tiled_time(tl=True):
+    return time_calls(b.calls(case[tl], sample)[0])["us_graph"]
 
 
 def fresh_tiles():
@@ -37,11 +37,19 @@ def check_then_sleep():
     time.sleep(1.0)
 
 
-STEPS = {"nothing": lambda: None, "check tiled": lambda: check_moe(case[True], b, sample, seed=3),
-         "check rows": lambda: check_moe(case[False], b, sample, seed=3), "fresh tiles": fresh_tiles,
-         "fresh layer": lambda: _layer(128, 2880, 2880, seed=5, dev="cuda"),
-         "check tiled+empty_cache": check_then_empty, "check tiled+sleep 1s": check_then_sleep}
+def big_alloc(gb):
+    x = torch.empty(int(gb * 2**30), dtype=torch.uint8, device="cuda")
+    x.fill_(1)
+    del x
+
+
+STEPS = {"nothing": lambda: None, "fresh tiles": fresh_tiles, "alloc+free 1 GB": lambda: big_alloc(1),
+         "alloc+free 4 GB": lambda: big_alloc(4), "alloc+free 16 GB": lambda: big_alloc(16)}
 for rep in range(2):
     for name, step in STEPS.items():
-        step()
-        print(f"rep {rep} {name:26s} tiled {tiled_time():7.1f}", flush=True)
+        for tl in (True, False):
+            step()
+            m0 = torch.cuda.memory_allocated() / 2**30
+            m1 = torch.cuda.memory_reserved() / 2**30
+            print(f"rep {rep} {name:20s} tiled={tl!s:5s} {tiled_time(tl):7.1f} alloc {m0:.1f} reserved {m1:.1f} GB",
+                  flush=True)
