@@ -75,6 +75,17 @@ def _percentile(vals: Sequence[float], q: float) -> float:
 SPIN_CYCLES = 100_000
 
 
+def release_cached() -> None:
+    """Hand the caching allocator's free blocks back to the driver (after a check's fresh weights are freed),
+    so every point's buffers are allocated from the same state.
+
+    Why: the same MoE decode graph timed 179 us or 202 us on an H100 depending only on what had been allocated
+    and freed before its buffers were made (gpt-oss-120b, 8 tokens; .device/sweep_ab2.py); the check before
+    each timing left the tiled configs in the slow state, rows configs not, which read as a 12% layout gap."""
+    if ON_GPU:
+        torch.cuda.empty_cache()
+
+
 def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup: int = 3) -> dict:
     """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
 
@@ -243,6 +254,7 @@ def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed:
         if not err <= (TOL_LOSSY if lossy else TOL):
             row["status"] = "incorrect"
             return row
+        release_cached()
         calls = bench.calls(case)
         row["copies"] = len(calls)
         row.update(time_calls(calls, reps=reps))

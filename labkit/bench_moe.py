@@ -17,7 +17,18 @@ from kernels import VARIANTS, MXFP4Tensor, Routing, moe_mxfp4, mxfp4_to_dense, r
 from kernels.reference import reference_moe
 
 from . import routing as routing_gen
-from .bench import ON_GPU, _first_line, _rel_err, add_floor, device, l2_bytes, random_mxfp4, record_failure, time_calls
+from .bench import (
+    ON_GPU,
+    _first_line,
+    _rel_err,
+    add_floor,
+    device,
+    l2_bytes,
+    random_mxfp4,
+    record_failure,
+    release_cached,
+    time_calls,
+)
 
 #: the MoE output goes through two bf16 intermediates (act, per-slot y) besides the bf16 output; with the
 #: interpreter's truncating bf16 casts that reaches ~9e-3 on CPU, far below the >= 1e-1 of any real bug.
@@ -182,6 +193,7 @@ def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0,
         if not err <= TOL_MOE:
             row["status"] = "incorrect"
             return row
+        release_cached()
         calls, touched = bench.calls(case, sample)
         row["copies"] = len(calls)
         row["touched_mb_per_replay"] = touched / 1e6
