@@ -109,7 +109,7 @@ def test_cli_profile_layout_is_a_run_parameter(tmp_path, capsys):
     """--layout reaches the Backends, the run's parameters and its point's label; with the torch backends
     (auto on a CPU) nothing reads the layout, so no parity check is run against an identical reference."""
     assert main(["model", "profile", "--model", "tiny", "--prompt", "4", "--decode", "2", "--profile-steps", "1",
-                 "--layout", "tiled", "--out", str(tmp_path / "run")]) == 0
+                 "--layout", "tiled", "--device", "cpu", "--out", str(tmp_path / "run")]) == 0
     assert "layout=tiled" in capsys.readouterr().out
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["parameters"]["backends"]["layout"] == "tiled"

@@ -351,7 +351,8 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
         step_us_p10=_percentile(step_us, 0.1), step_us_p90=_percentile(step_us, 0.9),
         eager_step_us=statistics.median(eager_us), tok_s=batch * 1e6 / step_med, peak_mem_gb=peak,
         breakdown=breakdown, moe_share=moe_share, verdict=moe_verdict(moe_share),
-        roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head), status=status,
+        roofline=roofline_estimate(cfg, batch, prompt + decode // 2, backends.lm_head) if gpu else None,
+        status=status,
         max_rel_err=rel, parity=parity, generated=[int(first_host[0])] + generated, kernels=kernels,
         pdl=m.pdl)
 

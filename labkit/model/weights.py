@@ -172,19 +172,40 @@ def weights_from_named(config: ModelConfig, tensors: dict, source: dict[str, str
 def tile_experts(weights: Weights, *, in_place: bool = False) -> Weights:
     """Weights whose experts are held in tile_mxfp4's layout: w1 deinterleaved (mlp1), w2 as is.
 
-    in_place: each LayerWeights' w1/w2 is replaced layer by layer, so once the caller holds no other
-    reference the row-major copy of a layer is freed before the next is tiled (peak: the weights plus one
-    layer; gpt-oss-120b's experts do not fit twice on an 80 GB GPU). Otherwise new LayerWeights are made and
-    the caller's keep their row-major experts (which then also reach the tiled copies through the
-    prepare_mxfp4 / tile_mxfp4 caches: both are held for as long as the caller keeps its weights). Already
-    tiled experts are kept as they are.
+    in_place: each LayerWeights' w1/w2 is replaced one at a time, so once the caller holds no other reference
+    the row-major copy is freed before the next is tiled (peak: the weights plus one layer; gpt-oss-120b's
+    experts do not fit twice on an 80 GB GPU). Otherwise new LayerWeights are made and the caller's keep their
+    row-major experts (which then also reach the tiled copies through the prepare_mxfp4 / tile_mxfp4 caches:
+    both are held for as long as the caller keeps its weights). Already tiled experts are kept as they are.
     """
     if not in_place:
         weights = dataclasses.replace(weights, layers=[dataclasses.replace(lw) for lw in weights.layers])
     for lw in weights.layers:
-        lw.w1 = tile_mxfp4(lw.w1, deinterleave=True)
-        lw.w2 = tile_mxfp4(lw.w2)
+        for name, deinterleave in (("w1", True), ("w2", False)):
+            if in_place and getattr(lw, name).blocks.is_cuda:
+                _tile_restaged(lw, name, deinterleave)
+            else:
+                setattr(lw, name, tile_mxfp4(getattr(lw, name), deinterleave=deinterleave))
     return weights
+
+
+def _tile_restaged(lw: LayerWeights, name: str, deinterleave: bool) -> None:
+    """Tile lw's weight `name` on its GPU, then put the tiled copy back through host memory after the
+    row-major weight, the GPU copy and the allocator's free blocks are gone. Why: tile_mxfp4's temporaries
+    leave the kept tensors sharing cached segments with free holes too small for the next, padded, layer;
+    tiling gpt-oss-120b in place ran out of memory on the H100 with 14 GB reserved but unallocated. Restaged,
+    every kept tensor gets memory of its own."""
+    q = tile_mxfp4(getattr(lw, name), deinterleave=deinterleave)
+    if q is getattr(lw, name):
+        return  # already tiled
+    device = q.words.device
+    host = dataclasses.replace(q, words=q.words.cpu(), blocks=None, scales=q.scales.cpu())
+    setattr(lw, name, None)  # the row-major weight goes (the caller holds no other reference), q with it
+    del q
+    torch.cuda.empty_cache()
+    words = host.words.to(device)
+    setattr(lw, name, dataclasses.replace(host, words=words, blocks=words.view(torch.uint8),
+                                          scales=host.scales.to(device)))
 
 
 def expert_rows(w: MXFP4Tensor | PreparedMXFP4, e: int) -> MXFP4Tensor:
