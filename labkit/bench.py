@@ -71,19 +71,30 @@ def _percentile(vals: Sequence[float], q: float) -> float:
 
 #: GPU clock cycles of the spin kernel queued ahead of each timed graph replay (~50 us at H100 clocks): longer
 #: than the host takes to enqueue the start event and launch the graph, so a replay's time is device time only.
-#: Without it, a layer of ~40 us timed as one replay (one weight copy) read 3-7 us slower (.device/h2g_probe.py).
+#: Without it the lm_head at 1 token (one weight copy per replay) read 128 us instead of 123 us on an H100
+#: (.device/spin_ab.py); points that rotate many copies per replay barely change.
 SPIN_CYCLES = 100_000
 
 
-def release_cached() -> None:
-    """Hand the caching allocator's free blocks back to the driver (after a check's fresh weights are freed),
-    so every point's buffers are allocated from the same state.
+#: Bytes allocated, written and freed right before each point's buffers are made (settle_allocator).
+SETTLE_BYTES = 1 << 30
 
-    Why: the same MoE decode graph timed 179 us or 202 us on an H100 depending only on what had been allocated
-    and freed before its buffers were made (gpt-oss-120b, 8 tokens; .device/sweep_ab2.py); the check before
-    each timing left the tiled configs in the slow state, rows configs not, which read as a 12% layout gap."""
+
+def settle_allocator() -> None:
+    """Put the GPU memory in the same state before every point's buffers are made: free blocks handed back to
+    the driver, then SETTLE_BYTES allocated, written and freed.
+
+    Why: on an H100 the same MoE decode graph (gpt-oss-120b, 8 tokens) replays in 179 us or in 203 us, for
+    row-major and tiled weights alike, depending only on the last large allocation made before its buffers:
+    1 GiB written and freed -> 179 us, 4 GiB -> 203 us, every time (.device/slow_state.py). A point's check
+    allocates fresh weights (and, for TILED configs, their tiled copies: ~3 GiB more), so without this step
+    each config was timed in whichever state its own check left, which read as a 12% layout gap at decode."""
     if ON_GPU:
         torch.cuda.empty_cache()
+        buf = torch.empty(SETTLE_BYTES, dtype=torch.uint8, device="cuda")
+        buf.fill_(1)
+        del buf
+        torch.cuda.synchronize()
 
 
 def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup: int = 3) -> dict:
@@ -254,7 +265,7 @@ def measure_linear(case: LinearCase, bench: LinearBench, *, ceilings=None, seed:
         if not err <= (TOL_LOSSY if lossy else TOL):
             row["status"] = "incorrect"
             return row
-        release_cached()
+        settle_allocator()
         calls = bench.calls(case)
         row["copies"] = len(calls)
         row.update(time_calls(calls, reps=reps))

@@ -26,7 +26,7 @@ from .bench import (
     l2_bytes,
     random_mxfp4,
     record_failure,
-    release_cached,
+    settle_allocator,
     time_calls,
 )
 
@@ -193,7 +193,7 @@ def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0,
         if not err <= TOL_MOE:
             row["status"] = "incorrect"
             return row
-        release_cached()
+        settle_allocator()
         calls, touched = bench.calls(case, sample)
         row["copies"] = len(calls)
         row["touched_mb_per_replay"] = touched / 1e6
