@@ -14,7 +14,7 @@ from labkit.model import Backends, DecodeRunner, GptOss, get_config, resolve_bac
 from labkit.model.attention import kv_head_map
 from labkit.model.moe import moe_torch, route_torch
 from labkit.model.rope import apply_rope, yarn_frequencies
-from labkit.model.weights import expert_rows, random_mxfp4, synthetic_scale_byte
+from labkit.model.weights import _tile_through_host, expert_rows, random_mxfp4, synthetic_scale_byte
 
 CFG = get_config("tiny")
 
@@ -357,6 +357,14 @@ def test_owned_weights_are_tiled_in_place_and_the_row_major_copy_freed(device):
     assert all(lw.w1.tiled and lw.w1.deinterleaved and lw.w2.tiled for lw in m.weights.layers)
     assert m.lm_head.q.tiled and not hasattr(m.lm_head.q, "_prepared")
     assert m.weights.nbytes() > 0
+    # the GPU's in-place route (through host memory), run here on the CPU: the same tiled bytes
+    v, ref = synthetic_weights(CFG, seed=0), synthetic_weights(CFG, seed=0)
+    _tile_through_host(v)
+    for lv, lr in zip(v.layers, ref.layers):
+        for got, want in ((lv.w1, tile_mxfp4(lr.w1, deinterleave=True)), (lv.w2, tile_mxfp4(lr.w2))):
+            assert got.tiled and got.deinterleaved == want.deinterleaved
+            assert torch.equal(got.words, want.words) and torch.equal(got.scales, want.scales)
+    assert torch.equal(v.embedding, ref.embedding) and torch.equal(v.layers[1].b2, ref.layers[1].b2)
 
 
 def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):

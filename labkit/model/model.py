@@ -75,7 +75,8 @@ class GptOss:
     Layout "tiled" with the triton MoE: the experts are tiled here, once (weights.tile_experts), into the
     model's own LayerWeights, so the caller's (and any reference model built over them) keep row-major
     experts; own_weights=True says the caller hands its weights over and holds no other reference, and then
-    they are tiled in place layer by layer, so only one copy of the experts is ever held (profile.load_model).
+    they are tiled in place, so only one copy of the experts is ever held on the GPU (profile.load_model; on a
+    GPU through host memory, see weights._tile_through_host).
     A reference built over this model's weights (GptOss(m.config, m.weights, ...), profile's parity check)
     shares the tiled experts; the torch MoE reads them one expert at a time (weights.expert_rows).
     """

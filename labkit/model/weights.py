@@ -172,40 +172,50 @@ def weights_from_named(config: ModelConfig, tensors: dict, source: dict[str, str
 def tile_experts(weights: Weights, *, in_place: bool = False) -> Weights:
     """Weights whose experts are held in tile_mxfp4's layout: w1 deinterleaved (mlp1), w2 as is.
 
-    in_place: each LayerWeights' w1/w2 is replaced one at a time, so once the caller holds no other reference
-    the row-major copy is freed before the next is tiled (peak: the weights plus one layer; gpt-oss-120b's
-    experts do not fit twice on an 80 GB GPU). Otherwise new LayerWeights are made and the caller's keep their
-    row-major experts (which then also reach the tiled copies through the prepare_mxfp4 / tile_mxfp4 caches:
-    both are held for as long as the caller keeps its weights). Already tiled experts are kept as they are.
+    in_place: the given Weights and LayerWeights get the tiled experts, so once the caller holds no other
+    reference the row-major ones are freed (gpt-oss-120b's experts do not fit twice on an 80 GB GPU); on a
+    GPU this goes through host memory (_tile_through_host). Otherwise new LayerWeights are made and the
+    caller's keep their row-major experts (which then also reach the tiled copies through the prepare_mxfp4 /
+    tile_mxfp4 caches: both are held for as long as the caller keeps its weights). Already tiled experts are
+    kept as they are.
     """
+    if in_place and weights.device.type == "cuda":
+        _tile_through_host(weights)
+        return weights
     if not in_place:
         weights = dataclasses.replace(weights, layers=[dataclasses.replace(lw) for lw in weights.layers])
     for lw in weights.layers:
-        for name, deinterleave in (("w1", True), ("w2", False)):
-            if in_place and getattr(lw, name).blocks.is_cuda:
-                _tile_restaged(lw, name, deinterleave)
-            else:
-                setattr(lw, name, tile_mxfp4(getattr(lw, name), deinterleave=deinterleave))
+        lw.w1 = tile_mxfp4(lw.w1, deinterleave=True)
+        lw.w2 = tile_mxfp4(lw.w2)
     return weights
 
 
-def _tile_restaged(lw: LayerWeights, name: str, deinterleave: bool) -> None:
-    """Tile lw's weight `name` on its GPU, then put the tiled copy back through host memory after the
-    row-major weight, the GPU copy and the allocator's free blocks are gone. Why: tile_mxfp4's temporaries
-    leave the kept tensors sharing cached segments with free holes too small for the next, padded, layer;
-    tiling gpt-oss-120b in place ran out of memory on the H100 with 14 GB reserved but unallocated. Restaged,
-    every kept tensor gets memory of its own."""
-    q = tile_mxfp4(getattr(lw, name), deinterleave=deinterleave)
-    if q is getattr(lw, name):
-        return  # already tiled
-    device = q.words.device
-    host = dataclasses.replace(q, words=q.words.cpu(), blocks=None, scales=q.scales.cpu())
-    setattr(lw, name, None)  # the row-major weight goes (the caller holds no other reference), q with it
-    del q
+def _tile_through_host(weights: Weights) -> None:
+    """In-place tiling on a GPU: every tensor to host memory (GPU copies dropped, the allocator's cache
+    emptied), the experts tiled on the host one at a time, everything uploaded again.
+
+    Why not tile on the GPU layer by layer: small tensors (biases) share the allocator's segments with the
+    row-major experts, so a freed expert's memory stays cached, and kept tiled tensors (a little larger, and
+    placed into those blocks and among tile_mxfp4's temporaries) leave holes: gpt-oss-120b ran out of memory
+    on the H100 at layer 30 of 36 with 13.9 GB reserved but unallocated. Uploading into an emptied pool with no
+    frees in between leaves none. Costs host memory for the weights and a CPU pass over the experts at load.
+    """
+    device = weights.device
+    owners = [weights, *weights.layers]
+    names = [[f.name for f in fields(o) if f.name != "layers"] for o in owners]
+    for o, ns in zip(owners, names):
+        for n in ns:
+            t = getattr(o, n)
+            setattr(o, n, t.to("cpu") if isinstance(t, (torch.Tensor, MXFP4Tensor)) else t)
     torch.cuda.empty_cache()
-    words = host.words.to(device)
-    setattr(lw, name, dataclasses.replace(host, words=words, blocks=words.view(torch.uint8),
-                                          scales=host.scales.to(device)))
+    for o, ns in zip(owners, names):
+        for n in ns:
+            t = getattr(o, n)
+            if isinstance(o, LayerWeights) and n in ("w1", "w2"):
+                q = tile_mxfp4(t, deinterleave=n == "w1")
+                words = q.words.to(device)
+                t = dataclasses.replace(q, words=words, blocks=words.view(torch.uint8), scales=q.scales.to(device))
+            setattr(o, n, t.to(device) if isinstance(t, (torch.Tensor, MXFP4Tensor)) else t)
 
 
 def expert_rows(w: MXFP4Tensor | PreparedMXFP4, e: int) -> MXFP4Tensor:
