@@ -4,7 +4,7 @@
 # call as: LAB_GIT_COMMIT=<sha of the tree sent> bash .device/layout_profile.sh [model ...]
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
 export PYTHONUNBUFFERED=1
-for m in "${@:-120b 20b}"; do
+for m in ${*:-120b 20b}; do
   for layout in rows tiled; do
     timeout 280 python3 -m labkit model profile --model gpt-oss-$m --prompt 512 --decode 64 --lm-head mxfp4 \
       --layout $layout --out $OUT/decode-gpt-oss-$m-mxfp4-$layout 2>&1 | grep -v -i warn | head -${PROFILE_LINES:-14}
