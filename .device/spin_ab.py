@@ -1,13 +1,14 @@
-"""A/B of bench.time_calls' spin kernel: graph replay times with SPIN_CYCLES = 0 (the start event may wait for
-the host to launch the graph) and with the default, alternated, on linear and MoE points of every size class."""
+"""A/B of the spin kernel ahead of timed graph replays (hardware.event_ms): replay times with SPIN_CYCLES = 0
+(the start event may wait for the host to launch the graph) and with the default, alternated, on linear and MoE
+points of every size class."""
 import torch
 
-import labkit.bench as bench
+import labkit.hardware as hardware
 from labkit.bench import LinearBench, LinearCase, time_calls
 from labkit.bench_moe import MoEBench, MoECase, point_seed
 from labkit.routing import generate
 
-SPIN = bench.SPIN_CYCLES
+SPIN = hardware.SPIN_CYCLES
 H2G = {"BLOCK_K": 512, "BLOCK_M": 1, "BLOCK_N": 16, "num_stages": 1, "num_warps": 4}
 rows = []
 for n, k, m in ((5120, 2880, 1), (2880, 4096, 1), (201088, 2880, 1)):
@@ -26,7 +27,7 @@ print(f"{'case':44s} {'no spin':>9s} {'spin':>9s} {'no spin':>9s} {'spin':>9s}  
 for name, calls in rows:
     out = []
     for s in (0, SPIN, 0, SPIN):
-        bench.SPIN_CYCLES = s
+        hardware.SPIN_CYCLES = s
         r = time_calls(calls)
         out.append(f"{r['us_graph']:7.1f} ({r['us_graph_p10']:.1f}-{r['us_graph_p90']:.1f})")
     print(f"{name:44s} " + "  ".join(out), flush=True)

@@ -22,6 +22,8 @@ import torch
 from kernels import VARIANTS, MXFP4Tensor, from_openai, mxfp4_linear, mxfp4_to_dense, prepare_mxfp4
 from kernels.reference import reference_linear
 
+from .hardware import event_ms
+
 ON_GPU = torch.cuda.is_available()
 DEFAULT_L2_BYTES = 50 * 2**20
 
@@ -69,11 +71,6 @@ def _percentile(vals: Sequence[float], q: float) -> float:
     return s[idx]
 
 
-#: GPU clock cycles of the spin kernel queued ahead of each timed graph replay (~50 us at H100 clocks): longer
-#: than the host takes to enqueue the start event and launch the graph, so a replay's time is device time only.
-#: Without it the lm_head at 1 token (one weight copy per replay) read 128 us instead of 123 us on an H100
-#: (.device/spin_ab.py); points that rotate many copies per replay barely change.
-SPIN_CYCLES = 100_000
 
 
 #: Bytes allocated, written and freed right before each point's buffers are made (settle_allocator).
@@ -125,14 +122,7 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
     torch.cuda.synchronize()
 
     def timed(fn, spin: bool = False) -> float:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if spin and SPIN_CYCLES:  # GPU busy while the host enqueues `a` and the replay: host latency stays out
-            torch.cuda._sleep(SPIN_CYCLES)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b) * 1e3 / n
+        return event_ms(fn, spin) * 1e3 / n
 
     def eager_pass():
         for c in calls:

@@ -235,22 +235,38 @@ def gpu_table():
 # ---- measuring (GPU only) ----------------------------------------------------------------------------------
 
 
+#: GPU clock cycles of the spin kernel queued ahead of each timed call (~50 us at H100 clocks): longer than the
+#: host takes to enqueue the start event and the work, so the events bracket device time only.
+SPIN_CYCLES = 100_000
+
+
+def event_ms(fn, spin: bool = True) -> float:
+    """Time of fn() in ms between two CUDA events. spin: a sleep kernel queued first keeps the GPU busy while
+    the host enqueues the start event and fn's launches, so host launch latency stays out of the time.
+
+    Why: without it, torch.sum over 1 GiB on an H100 read 2.47-2.88 TB/s from one measurement to the next,
+    with it 3.04 TB/s every time (.device/ceiling_ab.py); the lm_head at 1 token, timed as one graph replay,
+    read 128 instead of 123 us (.device/spin_ab.py)."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if spin and SPIN_CYCLES:
+        torch.cuda._sleep(SPIN_CYCLES)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
 def _median_ms(fn, reps: int, warmup: int) -> float:
-    """Median time of fn() in ms over `reps` CUDA-event-timed calls after `warmup` calls."""
+    """Median device time of fn() in ms over `reps` spin-led, event-timed calls after `warmup` calls."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(event_ms(fn) for _ in range(reps))
 
 
 def _fp8_matmul(a, b):
