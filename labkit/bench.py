@@ -85,7 +85,9 @@ def settle_allocator() -> None:
     row-major and tiled weights alike, depending only on the last large allocation made before its buffers:
     1 GiB written and freed -> 179 us, 4 GiB -> 203 us, every time (.device/slow_state.py). A point's check
     allocates fresh weights (and, for TILED configs, their tiled copies: ~3 GiB more), so without this step
-    each config was timed in whichever state its own check left, which read as a 12% layout gap at decode."""
+    each config was timed in whichever state its own check left, which read as a 12% layout gap at decode.
+    It does not control the state fully: sweeps still time the tiled 120b configs at 2-8 tokens in the slow
+    state in some runs (results/20261123T105807-...-moe-regret-uniform), the row-major ones never."""
     if ON_GPU:
         torch.cuda.empty_cache()
         buf = torch.empty(SETTLE_BYTES, dtype=torch.uint8, device="cuda")
