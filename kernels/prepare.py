@@ -30,6 +30,9 @@ from .formats import MXFP4Tensor, repack_mxfp4
 
 _CACHE_ATTR = "_prepared"
 
+#: The two weight layouts a kernel reads: "rows" (prepare_mxfp4) and "tiled" (tile_mxfp4).
+WEIGHT_LAYOUTS = ("rows", "tiled")
+
 
 @dataclass(frozen=True)
 class PreparedMXFP4:

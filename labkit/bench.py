@@ -71,8 +71,6 @@ def _percentile(vals: Sequence[float], q: float) -> float:
     return s[idx]
 
 
-
-
 #: Bytes allocated, written and freed right before each point's buffers are made (settle_allocator).
 SETTLE_BYTES = 1 << 30
 

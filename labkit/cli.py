@@ -276,9 +276,9 @@ def cmd_model_diverge(args) -> int:
 
 
 def _add_model_parser(sub) -> None:
-    from kernels import ROUNDINGS
+    from kernels import ROUNDINGS, WEIGHT_LAYOUTS
 
-    from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS, WEIGHT_LAYOUTS
+    from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS
     from .model.config import PRESETS
 
     model = sub.add_parser("model", help="GPT-OSS model runs: decode profile, divergence finder")
@@ -325,8 +325,9 @@ def _add_model_parser(sub) -> None:
 def cmd_table(args) -> int:
     """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
     import kernels.tables_measured as tm
+    from kernels import WEIGHT_LAYOUTS
 
-    from .tables import LAYOUTS, TABLE_NAMES, derive_tables, regret, write_tables
+    from .tables import TABLE_NAMES, derive_tables, regret, write_tables
 
     if args.table_command == "write":
         if not args.linear and not args.moe:
@@ -334,7 +335,7 @@ def cmd_table(args) -> int:
         # an op not given, or a layout its runs never measured, keeps its current tables
         tables = {name: getattr(tm, name, None) for name in TABLE_NAMES.values()}
         for op, runs in (("linear", args.linear), ("moe", args.moe)):
-            for layout in LAYOUTS if runs else ():
+            for layout in WEIGHT_LAYOUTS if runs else ():
                 try:
                     tables[TABLE_NAMES[op, layout]] = derive_tables(runs, op, routing=args.routing, layout=layout)
                 except ValueError as e:
@@ -358,6 +359,8 @@ def cmd_table(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kernels import WEIGHT_LAYOUTS
+
     parser = argparse.ArgumentParser(
         prog="labkit",
         description="MXFP4 performance lab: kernels, rooflines, sweeps and GPT-OSS runs, measured on your GPU.",
@@ -428,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tables-from", metavar="RUN", nargs="+",
                    help="derive the tables from these runs instead of the package's")
     t.add_argument("--routing", default="uniform")
-    t.add_argument("--layout", choices=("rows", "tiled"), default="rows",
+    t.add_argument("--layout", choices=WEIGHT_LAYOUTS, default="rows",
                    help="the weight layout whose tables are judged (default rows; tiled: tile_mxfp4's copy)")
     t.set_defaults(func=cmd_table)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from kernels import VARIANTS
+from kernels import VARIANTS, WEIGHT_LAYOUTS
 from kernels.variants import get_variant
 
 SPECS_DIR = Path(__file__).parent / "specs"
@@ -155,12 +155,10 @@ def auto_picks(spec: dict, problem: dict) -> list[tuple[str, dict]]:
 
     out: list[tuple[str, dict]] = []
     for layout in spec.get("auto_picks", []):
-        if layout not in ("rows", "tiled"):
+        if layout not in WEIGHT_LAYOUTS:
             raise ValueError(f"spec: auto_picks lists weight layouts (rows, tiled), got {layout!r}")
         name, cfg = (pick_moe if problem.get("op") == "moe" else pick_linear)({**problem, "tiled": layout == "tiled"})
-        full = {**VARIANTS[name].defaults, **cfg}
-        if (name, full) not in out:
-            out.append((name, full))
+        out.append((name, {**VARIANTS[name].defaults, **cfg}))  # _extras drops repeats
     return out
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernels.prepare import WEIGHT_LAYOUTS
+
 from .results import BASELINES, read_runs
 
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
@@ -46,7 +48,6 @@ def _runnable(variant: str, config: str) -> bool:
     return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
 
 
-LAYOUTS = ("rows", "tiled")
 TABLE_NAMES = {("linear", "rows"): "LINEAR_TABLES", ("moe", "rows"): "MOE_TABLES",
                ("linear", "tiled"): "LINEAR_TABLES_TILED", ("moe", "tiled"): "MOE_TABLES_TILED"}
 
@@ -61,8 +62,8 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
     that read that weight layout)."""
-    if layout is not None and layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout is not None and layout not in WEIGHT_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(WEIGHT_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()

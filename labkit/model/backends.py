@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels import ROUNDINGS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4, tile_mxfp4
+from kernels import ROUNDINGS, WEIGHT_LAYOUTS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4, tile_mxfp4
 
 from .config import ModelConfig
 from .faults import TORCH_MOE_FAULTS
@@ -47,7 +47,6 @@ from .moe import TorchRouting, moe_torch, route_torch
 ATTENTION_BACKENDS = ("torch", "triton")
 MOE_BACKENDS = ("torch", "torch-w4a8", "triton")
 LM_HEAD_BACKENDS = ("bf16", "mxfp4-torch", "mxfp4")
-WEIGHT_LAYOUTS = ("rows", "tiled")
 
 
 @dataclass(frozen=True)
