@@ -131,6 +131,40 @@ def cmd_best(args) -> int:
     return 0
 
 
+def cmd_targets(args) -> int:
+    """The speed targets judged against measured runs: met or missed, by how much, from which run."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .targets import judge, markdown, summary, targets_chart
+
+    judged = judge(args.runs, gpu=args.gpu)
+    if args.json:
+        print(judged.to_json(orient="records", indent=2))
+    elif args.markdown:
+        print(markdown(judged))
+    else:
+        ceil = "; ".join(f"{g}: {c['read_gbps']:.0f} GB/s read, {c['bf16_tflops']:.0f} TFLOP/s bf16"
+                         for g, c in judged.attrs["ceilings"].items())
+        print(f"floors against the highest ceilings measured by the {judged.attrs['runs']} runs ({ceil})")
+        show = judged.assign(value=judged["value"].map(lambda v: "" if pd.isna(v) else f"{v:.0%}"),
+                             goal=judged["goal"].map("{:.0%}".format),
+                             met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}))
+        for name, g in show.groupby("target", sort=False):
+            print(f"\n{name}")
+            print(g.drop(columns=["target", "issue", "config", "runs"]).to_string(index=False, float_format="%.1f"))
+        print()
+        print(summary(judged).to_string(index=False))
+    if args.chart:
+        from .charts import save_figure
+
+        out = Path(args.chart)
+        for p in save_figure(targets_chart(judged), out.parent, out.stem):
+            print(f"chart: {p}")
+    return 0 if judged["met"].eq(True).all() else 1
+
+
 def cmd_compare(args) -> int:
     """Per-point ratio B/A of two runs with each run's p10-p90 noise band, wins and losses marked."""
     import pandas as pd
@@ -445,6 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="FILE", help="also write the whole comparison as CSV")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("targets", help="the speed targets (DESIGN.md) judged against measured runs: met or "
+                                       "missed, by how much (exit status 1 while any is missed)")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
+    p.add_argument("--gpu", help="substring of the GPU name to judge (default: the newest GPU run's)")
+    p.add_argument("--markdown", action="store_true", help="print one Markdown table")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--chart", metavar="PATH", help="also write the chart there (PATH.html, and .png if possible)")
+    p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("runs", help="list run folders: GPU, date, commit, points ok / incorrect / failed")
     p.add_argument("root", nargs="?", help="folder holding run folders (default results/)")

@@ -1,0 +1,104 @@
+"""Speed targets judged from runs: floors against the most demanding ceilings, PDL runs left out, misses shown."""
+
+import math
+
+import pytest
+
+from labkit.results import PointStore
+from labkit.runs import create_run
+from labkit.targets import TARGETS, Target, judge, markdown, summary, targets_chart
+
+GPU = "NVIDIA H100 80GB HBM3"
+LM_HEAD = TARGETS[0]  # lm_head, M <= 8: 90% of floor
+
+
+def _run(tmp_path, name, points, read_gbps, bf16_tflops=800.0, started="2026-11-23T00:00:00+00:00", **meta):
+    run = create_run(name, out=tmp_path / name)
+    run.update_meta(gpu=GPU, started=started, ceilings={"read_gbps": read_gbps, "bf16_tflops": bf16_tflops,
+                                                        "source": "measured"}, **meta)
+    PointStore(run.path).append(points)
+    return run.path
+
+
+def _lm_head(m, us, variant="gemv_h2g", nbytes=3.0e8, **kw):
+    return {"op": "linear", "variant": variant, "config": {"BLOCK_N": 8}, "m": m, "n": 201088, "k": 2880,
+            "routing": None, "status": "ok", "us_graph": us, "bytes": nbytes, "flops": 2.0 * m * 201088 * 2880,
+            "shape": "lm_head", **kw}
+
+
+def test_floors_use_the_highest_ceiling_of_all_runs(tmp_path):
+    # run a measured a low read ceiling (2 TB/s): its own fraction would read 150 / 100 = 1.5 of the floor
+    a = _run(tmp_path, "a", [_lm_head(1, 100.0)], read_gbps=2000.0)
+    b = _run(tmp_path, "b", [_lm_head(2, 110.0)], read_gbps=3000.0)
+    out = judge([a, b], targets=[LM_HEAD])
+    row = out.set_index("m").loc[1]
+    assert row["value"] == pytest.approx(3.0e8 / 3000e9 * 1e6 / 100.0)  # 1.0: against 3 TB/s, not 2
+    assert row["met"] and row["run_id"] == "a"
+    assert out.set_index("m").loc[2]["value"] == pytest.approx(100.0 / 110.0)
+    assert out.attrs["ceilings"][GPU]["read_gbps"] == 3000.0
+
+
+def test_unmeasured_points_are_listed_and_misses_counted(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 100.0), _lm_head(1, 200.0, variant="gemv"),
+                              _lm_head(2, 125.0), _lm_head(4, 90.0, status="incorrect")], read_gbps=3000.0)
+    out = judge([a], targets=[LM_HEAD]).set_index("m")
+    assert out.loc[1, "variant"] == "gemv_h2g" and out.loc[1, "met"]  # the best config, not the slower one
+    assert out.loc[2, "met"] is False  # 80% < 90%
+    assert out.loc[4, "met"] is None and out.loc[8, "met"] is None  # an incorrect point is no measurement
+    s = summary(judge([a], targets=[LM_HEAD])).iloc[0]
+    assert (s["met"], s["measured"], s["asked"]) == (1, 2, 4) and s["worst"] == "lm_head 2: 80%"
+    md = markdown(judge([a], targets=[LM_HEAD]))
+    assert "| lm_head | 4 | not measured |" in md and "| 80% | 90% | no |" in md
+
+
+def test_runs_made_with_pdl_are_left_out(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 100.0)], read_gbps=3000.0, lab_pdl="1")
+    b = _run(tmp_path, "b", [_lm_head(1, 125.0)], read_gbps=3000.0)
+    row = judge([a, b], targets=[LM_HEAD]).set_index("m").loc[1]
+    assert row["run_id"] == "b" and row["value"] == pytest.approx(0.8)
+
+
+def test_vs_bf16_is_cublas_time_over_the_best_time(tmp_path):
+    t = Target("big", 4, "linear", ("lm_head",), (2048,), "vs_bf16", 0.7)
+    pts = [_lm_head(2048, 400.0, variant="dequant_gemm"), _lm_head(2048, 300.0, variant="cublas_bf16"),
+           _lm_head(2048, 500.0, variant="gemv_mma")]
+    a = _run(tmp_path, "a", pts, read_gbps=3000.0)
+    row = judge([a], targets=[t]).iloc[0]
+    assert row["variant"] == "dequant_gemm" and row["value"] == pytest.approx(0.75) and row["met"]
+
+
+def test_no_gpu_run_is_a_clear_error(tmp_path):
+    run = create_run("cpu", out=tmp_path / "cpu")
+    PointStore(run.path).append(_lm_head(1, 1000.0))
+    with pytest.raises(ValueError, match="no run with measured ceilings"):
+        judge([run.path])
+
+
+def test_committed_runs_judge_every_target_conservatively():
+    """On the committed H100 runs: every asked point was measured, and no value is above the point's own
+    run's fraction (the recomputed floors are never lower than the ones the runs measured)."""
+    from labkit.results import read_runs, resolve_run
+
+    out = judge()
+    assert len(out) == sum(len(t.problems) * len(t.tokens) for t in TARGETS)
+    assert out["met"].notna().all()
+    frac = out[out["target"] != TARGETS[2].name]
+    for r in frac.to_dict("records"):
+        pts = read_runs([resolve_run(r["run_id"])])
+        own = pts[(pts["m"] == r["m"]) & (pts["variant"] == r["variant"]) & (pts["us_graph"] == r["us"])]
+        assert len(own) and r["value"] <= own["frac_of_floor"].max() + 1e-9
+    fig = targets_chart(out)
+    assert len(fig.layout.annotations) == len(TARGETS)
+    assert not math.isnan(out["value"].min())
+
+
+def test_cli_prints_the_judgement_and_fails_while_a_target_is_missed(tmp_path, capsys):
+    from labkit.cli import main
+
+    a = _run(tmp_path, "a", [_lm_head(m, 100.0) for m in (1, 2, 4)] + [_lm_head(8, 125.0)], read_gbps=3000.0)
+    assert main(["targets", "--runs", str(a), "--chart", str(tmp_path / "charts" / "targets")]) == 1
+    out = capsys.readouterr().out
+    assert "3000 GB/s read" in out and "NO" in out and "lm_head, M <= 8: >= 90% of floor" in out
+    assert (tmp_path / "charts" / "targets.html").is_file()
+    assert main(["targets", "--runs", str(a), "--markdown"]) == 1
+    assert capsys.readouterr().out.startswith("| target |")
