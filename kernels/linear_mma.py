@@ -69,6 +69,17 @@ def _halves(p, m):
 
 
 @triton.jit
+def decode_f16_word_major(v, s, SMAX):
+    """Words [R, W] and one scale byte per word [R, W] -> fp16 [R, 8 W]: E2M1 * 2^(s - SMAX + 1) (exact while
+    the scale bytes span at most 24 binades), element q of each word at position 2q (q < 4) or 2q - 7, i.e.
+    x_to_f16's word-major order, so plain row loads of x_to_f16 rows meet them (moe_tc's F16 path)."""
+    a, b, c, d = e2m1_pairs(v)
+    m = _scale_mult(s, SMAX)
+    t = tl.join(tl.join(_halves(a, m), _halves(b, m)), tl.join(_halves(c, m), _halves(d, m)))  # [R, W, h, p0, p1]
+    return tl.reshape(tl.permute(t, (0, 1, 4, 3, 2)), (v.shape[0], v.shape[1] * 8))  # pair p = 2 p1 + p0, then h
+
+
+@triton.jit
 def _decode_chunks(v, m):
     """Words [R, C, 4 (t), 4 (i)] of C chunks and their scale multipliers [R, C, 4, 1] -> fp16 [R, 128 C] in
     logical K order."""

@@ -38,6 +38,7 @@ from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import h2_tiles, h2g_pointers, h2g_step, plane_words, x_to_f16
+from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .routing import Routing
 from .variants import (
@@ -51,6 +52,7 @@ from .variants import (
     rule_h2g_words,
     rule_mma_registers,
     rule_pow2,
+    rule_scale_span,
     rule_scale_window,
     rule_tiled_k,
 )
@@ -344,9 +346,16 @@ def tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E: tl.constexpr, BLOCK_M: tl.con
 
 
 @triton.jit
-def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
-                   alpha, limit, E, PHASE: tl.constexpr, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KA,
+                   TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, LOG_E: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, F16: tl.constexpr = False):
+    """Grouped GEMM: acc[N tile, token tile] += decoded W tile @ input tile, per K step of BLOCK_K.
+
+    F16=False: bf16 weights (decode_bf16) against bf16 rows (x, or mlp1's bf16 act).
+    F16=True: fp16 weights E2M1 * 2^(s - SMAX + 1) decoded with packed half2 ops (moe_mma's numerics, in
+    x_to_f16's word-major order) against fp16 rows (x_to_f16's, or mlp1's ACT16 act), rescaled in the epilogue.
+    About 2x fewer instructions per weight than the bf16 decode, so a token tile of 256 keeps the tensor cores
+    ahead of instruction issue (the limit of moe_mma's prefill)."""
     tile = tl.program_id(0)
     if tile < tl.load(tiles_ptr + E):  # the grid is sized for the worst case; spare programs exit
         e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
@@ -363,13 +372,23 @@ def _moe_tc_kernel(a_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, 
             km = kw < KW
             v = tl.load(w_base + kw[None, :], mask=km[None, :], other=0).to(tl.uint32, bitcast=True)
             s = tl.load(s_base + (kw // 4)[None, :], mask=km[None, :], other=127)
-            w = decode_bf16(v, s)
+            if F16:
+                w = decode_f16_word_major(v, s, SMAX)
+            else:
+                w = decode_bf16(v, s)
             k = k0 + rk
-            x = tl.load(a_ptr + src[None, :].to(tl.int64) * K + k[:, None], mask=mmask[None, :] & (k < K)[:, None],
+            x = tl.load(a_ptr + src[None, :].to(tl.int64) * KA + k[:, None], mask=mmask[None, :] & (k < K)[:, None],
                         other=0.0)
             acc = tc_dot(w, x, acc)
-        _epilogue(tl.trans(acc), rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE,
-                  BLOCK_N)
+        out = tl.trans(acc)
+        if F16:
+            wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+            if PHASE == 1:
+                out = out * (tl.load(xs_ptr + src) * wscale)[:, None]
+            else:
+                out = out * (wscale / act_scale)
+        _epilogue(out, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+                  F16 and PHASE == 1, act_scale)
 
 
 @triton.jit
@@ -451,14 +470,14 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           num_warps=cfg["num_warps"], **pdl_launch())
 
 
-def _launch_tc(phase, src, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, cfg, tiles):
+def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, tiles):
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     grid = (tile_slots(r, BM), triton.cdiv(N, cfg["BLOCK_N"]))
-    _moe_tc_kernel[grid](src, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, r.top_k,
-                         float(alpha), float(limit), E, PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM,
-                         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                         num_stages=cfg.get("num_stages", 3))
+    _moe_tc_kernel[grid](src, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K,
+                         src.shape[1], r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E,
+                         PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                         F16=cfg.get("F16", False), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3))
 
 
 def tile_slots(r: Routing, block_m: int) -> int:
@@ -513,8 +532,14 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
     else:
         tiles = tile_offsets(r, cfg["BLOCK_M"])
-        _launch_tc(1, x, r, p1, b1, act, alpha, limit, cfg, tiles)
-        _launch_tc(2, act, r, p2, b2, y, alpha, limit, cfg, tiles)
+        if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
+            scale = act16_scale(limit)
+            x, xs = x_to_f16(x)  # (a plane-major x16 from router_logits is moe_h2g's, not this order)
+            act = act.view(torch.float16)
+        else:
+            scale, xs = 1.0, x  # xs unused
+        _launch_tc(1, x, xs, r, p1, b1, act, alpha, limit, scale, cfg, tiles)
+        _launch_tc(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg, tiles)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -580,13 +605,19 @@ register(Variant(
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
                 "row tile when it differs from mlp1's (None: BLOCK_N)",
 ))
+def _rule_tc_numerics(cfg, problem):
+    """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""
+    return rule_scale_span(cfg, problem) if cfg.get("F16") else rule_scale_window(14, 240)(cfg, problem)
+
+
 register(Variant(
     name="moe_tc", kind="moe", op="moe", fn=_run_moe_tc,
-    space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128), "num_warps": (4, 8),
-           "num_stages": (2, 3)},
-    defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
-    rules=(_pow2, rule_block_k_multiple_of_32, _rule_tc, rule_scale_window(14, 240)),
-    description="grouped GEMM on tensor cores over per-expert tiles of BLOCK_M tokens",
+    space={"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128), "num_warps": (4, 8),
+           "num_stages": (2, 3), "F16": (False, True)},
+    defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "F16": False},
+    rules=(_pow2, rule_block_k_multiple_of_32, _rule_tc, _rule_tc_numerics),
+    description="grouped GEMM on tensor cores over per-expert tiles of BLOCK_M tokens; F16: fp16 weights decoded "
+                "with half2 ops against x_to_f16's rows (about half the bf16 decode's instructions per weight)",
 ))
 
 

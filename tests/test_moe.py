@@ -348,3 +348,40 @@ def test_moe_mma_ring_rule():
     big = {**v.defaults, "BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "STAGES": 6}
     assert "shared memory" in v.reason({**big, "CHUNKS": 2, "BLOCK_M": 16}, problem)
     assert v.reason({**big, "STAGES": 3}, problem) is None
+
+
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "F16": True},
+    {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "F16": True, "num_stages": 2},
+    {"BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 8, "F16": True},
+])
+def test_moe_tc_f16_several_k_steps_a_tail_and_tiles_past_the_tokens(cfg, device):
+    """moe_tc's F16 path: fp16 weights decoded in x_to_f16's word-major order against x_to_f16 rows and mlp1's
+    fp16 act. H=288 and I=160 give K loops of whole steps plus a masked tail (mlp2's K=160 too), I=160 is not a
+    multiple of BLOCK_N, and a 256-token tile holds far more rows than any expert has. It must agree with the
+    reference and with the bf16 path."""
+    e, h, i, k, t = 4, 288, 160, 2, 21
+    g = torch.Generator().manual_seed(12)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
+    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
+    sample = rgen.generate("zipf(1.2)", t, e, k, seed=5)
+    x = torch.randn(t, h, generator=g).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    dw = [w.to(device) for w in (w1, b1, w2, b2)]
+    y = K.moe_mxfp4(x.to(device), r, *dw, variant="moe_tc", **cfg)
+    assert rel_err(y, ref) < TOL
+    bf16 = K.moe_mxfp4(x.to(device), r, *dw, variant="moe_tc", **{**cfg, "F16": False})
+    assert rel_err(y, bf16.float().cpu()) < TOL
+
+
+def test_moe_tc_numerics_rules():
+    """bf16 weights are exact for scale bytes 14..240, F16's fp16 weights for any 24-binade span."""
+    v = K.VARIANTS["moe_tc"]
+    base = {"op": "moe", "m": 4096, "tokens": 4096, "experts": 8, "top_k": 2, "n": 192, "k": 64, "tiled": False}
+    wide = {**base, "scale_min": 100, "scale_max": 130}  # 30 binades
+    low = {**base, "scale_min": 2, "scale_max": 20}  # below the bf16 window, within 24 binades
+    bf16, f16 = {**v.defaults, "F16": False}, {**v.defaults, "F16": True}
+    assert v.reason(f16, wide) and not v.reason(bf16, wide)
+    assert v.reason(bf16, low) and not v.reason(f16, low)
