@@ -61,14 +61,20 @@ TARGETS = (
 )
 
 
-def _ceilings(paths: Iterable[Path]) -> dict[str, dict]:
+def _measured_gpu(meta: dict) -> str | None:
+    """The GPU of a run that measured its ceilings (a GPU run), else None."""
+    c = meta.get("ceilings") or {}
+    return meta.get("gpu") if c.get("source") == "measured" and c.get("read_gbps") else None
+
+
+def _ceilings(metas: Iterable[dict]) -> dict[str, dict]:
     """Per GPU name: the highest read GB/s and bf16 TFLOP/s any of these runs measured (meta.json ceilings)."""
     out: dict[str, dict] = {}
-    for p in paths:
-        meta = json.loads((p / "meta.json").read_text())
-        c, gpu = meta.get("ceilings") or {}, meta.get("gpu")
-        if not gpu or c.get("source", "measured") != "measured" or not c.get("read_gbps"):
+    for meta in metas:
+        gpu = _measured_gpu(meta)
+        if gpu is None:
             continue
+        c = meta["ceilings"]
         best = out.setdefault(gpu, {"read_gbps": 0.0, "bf16_tflops": 0.0})
         best["read_gbps"] = max(best["read_gbps"], float(c["read_gbps"]))
         best["bf16_tflops"] = max(best["bf16_tflops"], float(c.get("bf16_tflops") or 0.0))
@@ -81,14 +87,10 @@ def _problem(df: pd.DataFrame) -> pd.Series:
     return shape.where(df["op"] == "linear", model)
 
 
-def default_gpu(paths: list[Path]) -> str | None:
+def default_gpu(metas: Iterable[dict]) -> str | None:
     """The GPU of the newest run that measured its ceilings (the machine the lab was last judged on)."""
-    for p in sorted(paths, key=lambda q: json.loads((q / "meta.json").read_text()).get("started") or "",
-                    reverse=True):
-        meta = json.loads((p / "meta.json").read_text())
-        if (meta.get("ceilings") or {}).get("source") == "measured" and meta.get("gpu"):
-            return meta["gpu"]
-    return None
+    gpus = sorted((m.get("started") or "", g) for m in metas if (g := _measured_gpu(m)))
+    return gpus[-1][1] if gpus else None
 
 
 def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
@@ -100,12 +102,14 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     substring of the GPU name to judge (default the GPU of the newest run with measured ceilings). Points
     never measured have met = None."""
     paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
-    paths = [p for p in paths if json.loads((p / "meta.json").read_text()).get("lab_pdl") != "1"]
+    metas = {p: json.loads((p / "meta.json").read_text()) for p in paths}
+    metas = {p: m for p, m in metas.items() if m.get("lab_pdl") != "1"}
+    paths = list(metas)
     if gpu is None:
-        gpu = default_gpu(paths)
+        gpu = default_gpu(metas.values())
         if gpu is None:
             raise ValueError("no run with measured ceilings (GPU runs) among the runs given")
-    ceil = {g: c for g, c in _ceilings(paths).items() if gpu.lower() in g.lower()}
+    ceil = {g: c for g, c in _ceilings(metas.values()).items() if gpu.lower() in g.lower()}
     if not ceil:
         raise ValueError(f"no run on a GPU matching {gpu!r} measured its ceilings")
     df = read_runs(paths)
@@ -150,7 +154,7 @@ def summary(judged: pd.DataFrame) -> pd.DataFrame:
     for name, g in judged.groupby("target", sort=False):
         measured = g[g["met"].notna()]
         worst = measured.loc[measured["value"].idxmin()] if len(measured) else None
-        rows.append({"target": name, "issue": int(g["issue"].iloc[0]), "met": int((measured["met"] == True).sum()),  # noqa: E712
+        rows.append({"target": name, "issue": int(g["issue"].iloc[0]), "met": int(measured["met"].astype(bool).sum()),
                      "measured": len(measured), "asked": len(g),
                      "worst": None if worst is None else f"{worst['problem']} {worst['m']}: {worst['value']:.0%}"})
     return pd.DataFrame(rows)
