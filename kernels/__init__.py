@@ -67,7 +67,7 @@ from .dequant import mxfp4_to_dense  # noqa: E402
 
 __all__ += ["mxfp4_to_dense"]
 
-from . import moe_mma  # noqa: E402,F401  (registers the moe_mma variant)
+from . import moe_fused, moe_mma  # noqa: E402,F401  (register the moe_fused and moe_mma variants)
 from .moe import MoESlots, moe_mxfp4  # noqa: E402
 from .routing import Routing, route  # noqa: E402
 

@@ -60,7 +60,13 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
                 LOGICAL: tl.constexpr):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
     pdl_enter()
-    m = tl.program_id(0)
+    x16_row(x_ptr, o_ptr, xs_ptr, tl.program_id(0), K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL)
+
+
+@triton.jit
+def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
+            LOGICAL: tl.constexpr = False):
+    """x_to_f16 of row m in passes of BLOCK_K (one program; also moe_fused's first stage)."""
     rk = tl.arange(0, BLOCK_K)
     amax = tl.zeros((BLOCK_K,), tl.float32)
     for k0 in range(0, K, BLOCK_K):

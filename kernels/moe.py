@@ -23,6 +23,8 @@ Variants (VARIANTS, kind "moe"):
   moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
             of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
             registers as the MMA's M side. Exact for scale bytes 14..240.
+  moe_fused (kernels/moe_fused.py) moe_h2g's arithmetic in one launch: x to fp16, mlp1, mlp2 and the combine as
+            stages of one grid chained by device counters.
   moe_mma   (kernels/moe_mma.py) moe_tc's grid with gemv_mma's K loop: mma.sync on weights decoded in the MMA's
             operand registers, no shared memory; the best from ~2 to ~64 tokens per expert.
 """
@@ -41,6 +43,7 @@ from .linear_f16 import h2_tiles, h2g_pointers, h2g_step, plane_words, x_to_f16
 from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .routing import Routing
+from .sync import wait_count
 from .variants import (
     Variant,
     get_variant,
@@ -125,15 +128,14 @@ def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
 
 
 @triton.jit
-def _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M: tl.constexpr):
-    """(expert, sorted positions rm, their mask, has work) of a decode program.
+def _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M: tl.constexpr):
+    """(expert, sorted positions rm, their mask, has work) of decode program i (grid dim 0, or moe_fused's item).
 
     Grid dim 0 walks the T*k expert-sorted positions; program i works on positions i..i+BLOCK_M-1 of its
     expert when i starts a BLOCK_M chunk of them, and the others exit. Only experts with tokens get
     programs, and an expert with many tokens is spread over many programs that read its weights
     concurrently (mostly from L2) instead of one program passing over them again and again.
     """
-    i = tl.program_id(0)
     e = tl.load(ids_ptr + tl.load(sorted_ptr + i))
     start = tl.load(offs_ptr + e)
     end = tl.load(offs_ptr + e + 1)
@@ -159,7 +161,7 @@ def _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N: tl.constexpr):
 def _moe_gemv_kernel(a_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
                      alpha, limit, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    e, rm, mmask, active = _program_rows(tl.program_id(0), ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
         KW = K // 8
         rw = tl.arange(0, BLOCK_K // 8)
@@ -187,7 +189,7 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                    TOPK, alpha, limit, act_scale, PHASE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Input rows are fp16 words from x_to_f16 (mlp1: per-token scale xs) or the ACT16 epilogue (mlp2: act_scale)."""
-    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    e, rm, mmask, active = _program_rows(tl.program_id(0), ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if active:
         rw = tl.arange(0, BLOCK_K // 8)
         rn, nmask, w_base, s_base = _expert_rows(w_ptr, s_ptr, e, N, K, BLOCK_N)
@@ -217,53 +219,73 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     first: with x16 from router_logits it directly follows route."""
     if PHASE == 1:
         pdl_enter()
-    e, rm, mmask, active = _program_rows(ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    e, rm, mmask, active = _program_rows(tl.program_id(0), ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if PHASE == 2:
         pdl_enter()
     if active:
-        G: tl.constexpr = BLOCK_K // 32
-        TW: tl.constexpr = BLOCK_K // 8
-        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        rn_c = tl.minimum(rn, N - 1)
-        KW = K // 8
-        KB = K // 32
-        word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
-        if STAGES > 1:
-            xw = tl.arange(0, TW)
-        else:
-            xw = word
-        rg = tl.arange(0, G)
-        wp, sp = h2g_pointers(w_ptr + e.to(tl.int64) * w_stride_e, s_ptr + e.to(tl.int64) * s_stride_e, rn_c, word,
-                              rg, N, K, TILED, DEINT)
-        WSTEP: tl.constexpr = TW * (16 if TILED else 1)
-        SSTEP: tl.constexpr = G * (16 if TILED else 1)
-        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
-        start = tl.program_id(0)
-        last = tl.load(offs_ptr + e + 1) - 1
-        acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
-        full = KB // G
-        for t in tl.range(0, full, num_stages=STAGES):
-            v = tl.load(wp).to(tl.uint32, bitcast=True)
-            s = tl.load(sp)
-            for i in tl.static_range(BLOCK_M):
-                xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + xw, word, i, PLANE, G, False)
-            wp += WSTEP
-            sp += SSTEP
-        if full * G < KB:
-            wm = full * TW + word < KW
-            v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
-            s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
-            for i in tl.static_range(BLOCK_M):
-                xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + full * TW + word, wm, i, PLANE, G, True)
-        if PHASE == 1:
-            xs = tl.load(xs_ptr + src)
-        else:
-            xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
-        out = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
-        _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
-                  PHASE == 1, act_scale, OUT_PLANE)
+        h2g_tile(e, tl.program_id(0), rm, mmask, tl.program_id(1), xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr,
+                 s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
+                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT)
+
+
+@triton.jit
+def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
+             out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
+             PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, wait_ptr=None, wait_need=0,
+             WAIT: tl.constexpr = False):
+    """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
+    (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
+    waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
+    same launch) before it reads any input row, so the weight loads are in flight while it waits."""
+    G: tl.constexpr = BLOCK_K // 32
+    TW: tl.constexpr = BLOCK_K // 8
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn_c = tl.minimum(rn, N - 1)
+    KW = K // 8
+    KB = K // 32
+    word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
+    if STAGES > 1:
+        xw = tl.arange(0, TW)
+    else:
+        xw = word
+    rg = tl.arange(0, G)
+    wp, sp = h2g_pointers(w_ptr + e.to(tl.int64) * w_stride_e, s_ptr + e.to(tl.int64) * s_stride_e, rn_c, word,
+                          rg, N, K, TILED, DEINT)
+    WSTEP: tl.constexpr = TW * (16 if TILED else 1)
+    SSTEP: tl.constexpr = G * (16 if TILED else 1)
+    slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+    last = tl.load(offs_ptr + e + 1) - 1
+    acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
+    full = KB // G
+    for t in tl.range(0, full, num_stages=STAGES):
+        v = tl.load(wp).to(tl.uint32, bitcast=True)
+        s = tl.load(sp)
+        if WAIT:
+            if t == 0:
+                wait_count(wait_ptr, wait_need)
+        for i in tl.static_range(BLOCK_M):
+            xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+            acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + xw, word, i, PLANE, G, False)
+        wp += WSTEP
+        sp += SSTEP
+    if full * G < KB:
+        wm = full * TW + word < KW
+        v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
+        s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
+        if WAIT:
+            if full == 0:
+                wait_count(wait_ptr, wait_need)
+        for i in tl.static_range(BLOCK_M):
+            xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+            acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + full * TW + word, wm, i, PLANE, G, True)
+    if PHASE == 1:
+        xs = tl.load(xs_ptr + src)
+    else:
+        xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
+    out = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
+    _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+              PHASE == 1, act_scale, OUT_PLANE)
 
 
 @triton.jit

@@ -50,7 +50,10 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     if routing == "hot(0.6,1)":  # a pipelined K loop, where one exists (same arithmetic: one routing is enough)
         extra += [c for c in cfgs if c.get("num_stages", 1) > 2][:1]
         extra += [c for c in cfgs if c.get("BLOCK_N2") and c["BLOCK_N2"] != c["BLOCK_N"]][:1]  # mlp2's own tile
-    for cfg in [MOE[name].defaults, cfgs[len(cfgs) // 2], *extra]:
+    # moe_fused is moe_h2g's arithmetic in one launch, checked bit for bit against it over configs by
+    # test_moe_fused_is_moe_h2g_in_one_launch: its defaults are enough here (the interpreter is slow)
+    mid = [] if name == "moe_fused" else [cfgs[len(cfgs) // 2]]
+    for cfg in [MOE[name].defaults, *mid, *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
         assert rel_err(y, ref) < TOL, (routing, cfg)
@@ -385,3 +388,73 @@ def test_moe_tc_numerics_rules():
     bf16, f16 = {**v.defaults, "F16": False}, {**v.defaults, "F16": True}
     assert v.reason(f16, wide) and not v.reason(bf16, wide)
     assert v.reason(bf16, low) and not v.reason(f16, low)
+
+
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_N2": 16, "BLOCK_K": 64, "num_warps": 1, "TILED": False},  # mlp2 K tail
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": None, "BLOCK_K": 128, "num_warps": 2, "TILED": True},  # K < BLOCK_K
+])
+@pytest.mark.parametrize("x16_given", [False, True])
+def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
+    """moe_fused runs moe_h2g's arithmetic as stages of one grid: the same bits, combined or not. Its counters
+    go up by exactly one launch's share per call (every item signals, with work or without: BLOCK_M=2 under
+    duplicate ids leaves positions idle), which is what lets the next call wait for (launch + 1) * share
+    without any reset. The interpreter runs programs in ticket order, so this checks the arithmetic and the
+    counting, not the waiting (the GPU tests and every benchmark's correctness check do that)."""
+    from kernels import moe_fused
+    from kernels.linear_f16 import x_to_f16
+
+    w1, b1, w2, b2 = (w.to(device) for w in layer)
+    t = 3
+    sample = rgen.generate("duplicates(0.5)", t, E, TOPK, seed=9)
+    x = torch.randn(t, H, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16).to(device)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    x16 = x_to_f16(x, planes=True) if x16_given else None
+    h2g = {k: v for k, v in cfg.items() if k != "TILED"} | {"TILED": cfg["TILED"]}
+    want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **h2g)
+    want_rows = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=False, **h2g).rows
+    moe_fused._COUNTERS.clear()
+    calls = 2
+    for _ in range(calls):
+        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_fused", x16=x16, **cfg), want)
+    slots = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_fused", x16=x16, combine=False, **cfg)
+    assert isinstance(slots, K.MoESlots) and torch.equal(slots.rows, want_rows)
+    assert torch.equal(slots.combine(), want)
+    S = t * TOPK
+    tiles1, tiles2 = -(-2 * I // cfg["BLOCK_N"]), -(-H // (cfg["BLOCK_N2"] or cfg["BLOCK_N"]))
+    n_x = 0 if x16_given else t
+    counters = sorted(moe_fused._COUNTERS.values(), key=lambda c: -int(c[0]))
+    assert len(counters) == 2  # combined and uncombined calls have different item counts
+    for c, n, combine in ((counters[0], calls, True), (counters[1], 1, False)):
+        items = n_x + S * (tiles1 + tiles2) + (t * -(-H // 1024) if combine else 0)
+        assert int(c[0]) == n * items
+        assert int(c[1]) == n * n_x
+        assert c[2:2 + S].tolist() == [n * tiles1] * S
+        assert c[2 + S:].tolist() == [n * tiles2] * S
+
+
+@pytest.mark.gpu
+def test_moe_fused_many_calls_in_a_row_on_the_gpu():
+    """On the GPU moe_fused's stages do run at the same time and wait on each other: 60 calls queued without a
+    sync (1 to 16 tokens, x16 given or not, combined or not), their counters counting on across calls, each
+    give moe_h2g's bits. Thousands of programs per call, so mlp2 programs start while mlp1's still run."""
+    from kernels.linear_f16 import x_to_f16
+
+    e, h, i, k = 16, 1024, 1024, 4
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, device="cuda", generator=g) * 0.05)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, device="cuda", generator=g) * 0.05)
+    b1, b2 = torch.randn(e, 2 * i, device="cuda") * 0.1, torch.randn(e, h, device="cuda") * 0.1
+    cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 8, "BLOCK_K": 512, "num_warps": 4}
+    runs = []
+    for n in range(60):
+        t = 1 + n % 16
+        x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+        r = K.route(torch.randn(t, e, device="cuda"), k)
+        x16 = x_to_f16(x, planes=True) if n % 3 == 0 else None
+        combine = n % 5 != 0
+        got = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_fused", x16=x16, combine=combine, **cfg)
+        runs.append((x, r, got if combine else got.rows, combine))
+    for x, r, got, combine in runs:
+        want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=combine, **cfg)
+        assert torch.equal(got, want if combine else want.rows)

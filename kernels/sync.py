@@ -1,0 +1,63 @@
+"""Device-side counters that let one launch run stages that depend on each other (moe_fused).
+
+A program that finishes a piece of a stage adds 1 to that piece's counter (`signal_count`); a program of a
+later stage that needs it polls the counter until it reaches the count it needs (`wait_count`). This is
+deadlock-free without any assumption about how many programs are resident, provided programs take their work
+in ticket order (`take_ticket`): a program only ever waits for work whose ticket is smaller than its own, and a
+ticket is only handed to a program that is already running, so whatever it waits for is running or done.
+
+Counters are never reset. They count on from launch to launch, and a launch waits for its own share: the
+ticket says which launch a program belongs to (ticket // tickets per launch), so a counter for a piece done
+`need` times per launch is waited on until it reaches (launch + 1) * need. Every program of a stage signals,
+with or without work, so the shares stay exact for any routing. Launches sharing counters must run one after
+the other (one stream, or CUDA-graph replays of it); PDL keeps that order because every program takes its ticket
+after griddepcontrol.wait.
+
+Memory ordering (PTX): the signalling program's threads meet at a barrier after their stores, then one thread
+adds 1 with release semantics; every thread of the waiting program polls with acquire loads, so its loads
+after the wait see those stores. A wait gives up after `SPIN` polls, so that a bug shows up as a wrong result
+(caught by the correctness check before any timing) rather than as a hang.
+"""
+
+from __future__ import annotations
+
+from ._triton import INTERP, tl, triton
+
+#: polls before a wait gives up (~0.5 s on an H100: far above any stage's time, short of a hang)
+SPIN = tl.constexpr(1 << 20)
+
+
+@triton.jit
+def load_acquire(ptr):
+    """ld.acquire.gpu of an int64 counter in every thread: later loads of the thread see whatever the signalling
+    program wrote before its release (the hardware invalidates the SM's L1), and, unlike a fence, it does not
+    wait for the thread's loads still in flight (a waiting program's weight tile)."""
+    if INTERP:
+        return tl.load(ptr, volatile=True)
+    else:
+        return tl.inline_asm_elementwise("ld.acquire.gpu.global.b64 $0, [$1];", "=l,l", [ptr], dtype=tl.int64,
+                                         is_pure=False, pack=1)
+
+
+@triton.jit
+def take_ticket(ctr_ptr):
+    """This program's ticket: the number of programs that took one from ctr_ptr before it (int64)."""
+    return tl.atomic_add(ctr_ptr, 1, sem="relaxed")
+
+
+@triton.jit
+def signal_count(ctr_ptr):
+    """Add 1 to the counter at ctr_ptr once the stores of every thread so far are visible GPU-wide: a barrier,
+    then one release atomic (CUTLASS's semaphore release is the same pattern)."""
+    tl.debug_barrier()
+    tl.atomic_add(ctr_ptr, 1, sem="release")
+
+
+@triton.jit
+def wait_count(ctr_ptr, need):
+    """Poll the counter at ctr_ptr with acquire loads until it reaches need (or SPIN polls have passed)."""
+    n = load_acquire(ctr_ptr)
+    spins = 0
+    while (n < need) & (spins < SPIN):
+        n = load_acquire(ctr_ptr)
+        spins += 1
