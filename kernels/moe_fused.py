@@ -106,6 +106,15 @@ def launch_counters(device: torch.device, key: tuple, n: int) -> torch.Tensor:
     return c
 
 
+def launch_shape(T: int, S: int, N1: int, H: int, bn: int, bn2: int, bh: int, convert: bool, combine: bool):
+    """(work items, counters key) of a call: the key holds every number a wait's share depends on. Item counts
+    alone collide: with H = 1024, x16 given and the combine on have as many items as x converted in the launch
+    and no combine, yet only the second signals the x counter (a shared counter, caught on the H100)."""
+    tiles1, tiles2 = triton.cdiv(N1, bn), triton.cdiv(H, bn2)
+    items = (T if convert else 0) + S * (tiles1 + tiles2) + (T * triton.cdiv(H, bh) if combine else 0)
+    return items, (items, T, S, tiles1, tiles2, convert, combine)
+
+
 def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cfg):
     T, H = x.shape
     S = r.sorted.numel()
@@ -123,9 +132,8 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
     act = torch.empty((S, 8 * plane_words(N1 // 2)), device=x.device, dtype=torch.float16)
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     bn, bn2, bh = cfg["BLOCK_N"], cfg["BLOCK_N2"] or cfg["BLOCK_N"], 1024
-    items = ((T if x16 is None else 0) + S * (triton.cdiv(N1, bn) + triton.cdiv(H, bn2))
-             + (T * triton.cdiv(H, bh) if combine else 0))
-    ctr = launch_counters(x.device, (items, T, S, triton.cdiv(N1, bn), triton.cdiv(H, bn2)), 2 + 2 * S)
+    items, shape = launch_shape(T, S, N1, H, bn, bn2, bh, x16 is None, combine)
+    ctr = launch_counters(x.device, shape, 2 + 2 * S)
     _moe_fused_kernel[(items,)](
         x, xq, xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, r.inverse, r.weights, p1.words, p1.scales, b1,
         p2.words, p2.scales, b2, act, act.view(torch.int32), y, out, ctr, T, S, H, N1, r.top_k, float(alpha),

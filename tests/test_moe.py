@@ -424,13 +424,23 @@ def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
     tiles1, tiles2 = -(-2 * I // cfg["BLOCK_N"]), -(-H // (cfg["BLOCK_N2"] or cfg["BLOCK_N"]))
     n_x = 0 if x16_given else t
     counters = sorted(moe_fused._COUNTERS.values(), key=lambda c: -int(c[0]))
-    assert len(counters) == 2  # combined and uncombined calls have different item counts
+    assert len(counters) == 2  # combined and uncombined calls count on separate counters
     for c, n, combine in ((counters[0], calls, True), (counters[1], 1, False)):
         items = n_x + S * (tiles1 + tiles2) + (t * -(-H // 1024) if combine else 0)
         assert int(c[0]) == n * items
         assert int(c[1]) == n * n_x
         assert c[2:2 + S].tolist() == [n * tiles1] * S
         assert c[2 + S:].tolist() == [n * tiles2] * S
+
+
+def test_moe_fused_counters_are_not_shared_by_calls_that_signal_differently():
+    """Two calls with the same number of work items but different stages (x converted in the launch and no
+    combine, or x16 given and the combine on) must not share counters: the x counter's share per launch differs."""
+    from kernels.moe_fused import launch_shape
+
+    a = launch_shape(4, 16, 2048, 1024, 16, 8, 1024, convert=True, combine=False)
+    b = launch_shape(4, 16, 2048, 1024, 16, 8, 1024, convert=False, combine=True)
+    assert a[0] == b[0] and a[1] != b[1]
 
 
 @pytest.mark.gpu
