@@ -210,7 +210,7 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
-                    TILED: tl.constexpr = False, DEINT: tl.constexpr = False):
+                    TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
     plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
     pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
@@ -225,19 +225,21 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if active:
         h2g_tile(e, tl.program_id(0), rm, mmask, tl.program_id(1), xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr,
                  s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
-                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT)
+                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH)
 
 
 @triton.jit
 def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
              out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, wait_ptr=None, wait_need=0,
-             WAIT: tl.constexpr = False):
+             STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
+             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
-    same launch) before it reads any input row, so the weight loads are in flight while it waits."""
+    same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
+    the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
+    BLOCK_K = 2048, the whole row tile at once)."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -258,9 +260,20 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     last = tl.load(offs_ptr + e + 1) - 1
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
+    if PREFETCH:  # register double buffer, as gemv_h2g: the next K tile's weights load while this one is used
+        n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
+        v_next = tl.load(wp, mask=word < n * TW, other=0)
+        s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
     for t in tl.range(0, full, num_stages=STAGES):
-        v = tl.load(wp).to(tl.uint32, bitcast=True)
-        s = tl.load(sp)
+        if PREFETCH:
+            v = v_next.to(tl.uint32, bitcast=True)
+            s = s_next
+            n = tl.minimum(full - 1 - t, 1)
+            v_next = tl.load(wp + WSTEP, mask=word < n * TW, other=0)
+            s_next = tl.load(sp + SSTEP, mask=rg[None, :] < n * G, other=0)
+        else:
+            v = tl.load(wp).to(tl.uint32, bitcast=True)
+            s = tl.load(sp)
         if WAIT:
             if t == 0:
                 wait_count(wait_ptr, wait_need)
@@ -489,7 +502,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
-                          num_warps=cfg["num_warps"], **pdl_launch())
+                          PREFETCH=cfg.get("PREFETCH", False), num_warps=cfg["num_warps"], **pdl_launch())
 
 
 def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, tiles):
@@ -606,26 +619,29 @@ register(Variant(
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
-def _rule_h2g_tiled(cfg, problem):
-    """The fused-combine mlp2 kernel reads row-major weights only."""
+def _rule_h2g_combine(cfg, problem):
+    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time."""
     if cfg.get("TILED") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
+    if cfg.get("PREFETCH") and cfg.get("COMBINE"):
+        return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
     return None
 
 
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024),
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
-           "TILED": (False, True)},
+           "TILED": (False, True), "PREFETCH": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_h2g_tiled),
+           rule_tiled_k, _rule_h2g_combine),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
-                "row tile when it differs from mlp1's (None: BLOCK_N)",
+                "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
+                "flight while one is used (register double buffer, as gemv_h2g)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

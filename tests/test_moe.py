@@ -292,6 +292,7 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
     {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "BLOCK_N2": 8},
     {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2, "PREFETCH": True},
 ])
 def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
@@ -391,7 +392,8 @@ def test_moe_tc_numerics_rules():
 
 
 @pytest.mark.parametrize("cfg", [
-    {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_N2": 16, "BLOCK_K": 64, "num_warps": 1, "TILED": False},  # mlp2 K tail
+    {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_N2": 16, "BLOCK_K": 64, "num_warps": 1, "TILED": False,
+     "PREFETCH": True},  # mlp2 K tail
     {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": None, "BLOCK_K": 128, "num_warps": 2, "TILED": True},  # K < BLOCK_K
 ])
 @pytest.mark.parametrize("x16_given", [False, True])
