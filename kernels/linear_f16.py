@@ -319,15 +319,30 @@ def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT:
 @triton.jit
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False):
+                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False,
+                     PERSIST: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
     without holding registers); x is then one [TW] row per plane broadcast over the tile's rows, so the ring
     holds it once, not BLOCK_N times. Rows past N and tokens past M are clamped (computed, never stored);
-    only the K tail is masked."""
+    only the K tail is masked. PERSIST: a grid of a few programs per SM, each striding over the row tiles
+    (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch."""
     pdl_enter()
-    pid_n = tl.program_id(0)
+    if PERSIST:
+        for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
+            _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE, HAS_BIAS,
+                           BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED)
+    else:
+        _gemv_h2g_tile(tl.program_id(0), xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
+                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED)
+
+
+@triton.jit
+def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
+                   HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr):
+    """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
     pid_m = tl.program_id(1)
     KW = K // 8
     KB = K // 32
@@ -447,7 +462,8 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False):
+                 TILED=False, PERSIST=0):
+    """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile."""
     from .prepare import tile_mxfp4
 
     M, K = x.shape
@@ -456,9 +472,17 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
         p = tile_mxfp4(p)
     xq, xs = x_to_f16(x, planes=True)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
+    tiles = triton.cdiv(N, BLOCK_N)
+    grid = (min(tiles, PERSIST * sm_count(x.device)) if PERSIST else tiles, triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           num_warps=num_warps, **pdl_launch())
+                           PERSIST=PERSIST > 0, num_warps=num_warps, **pdl_launch())
     return y
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (4 for the interpreter: a few programs, each with several tiles)."""
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
