@@ -327,7 +327,8 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     without holding registers); x is then one [TW] row per plane broadcast over the tile's rows, so the ring
     holds it once, not BLOCK_N times. Rows past N and tokens past M are clamped (computed, never stored);
     only the K tail is masked. PERSIST: a grid of a few programs per SM, each striding over the row tiles
-    (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch."""
+    (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch
+    (measured slower on the lm_head: the loop needs 128 registers, results/20261123T142356-...-linear-persist)."""
     pdl_enter()
     if PERSIST:
         for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
