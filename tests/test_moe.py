@@ -39,6 +39,8 @@ ROUTINGS = ["uniform", "hot(0.6,1)", "all_to_one", "duplicates(0.5)", "zipf(1.2)
 @pytest.mark.parametrize("routing", ROUTINGS)
 @pytest.mark.parametrize("tokens", [1, 17])
 def test_variant_matches_reference(name, routing, tokens, layer, device):
+    if name == "moe_fused" and tokens > 1:  # moe_h2g's bits at odd T: test_moe_fused_is_moe_h2g_in_one_launch
+        pytest.skip("moe_fused is checked bit for bit against moe_h2g (itself checked here) at 3 tokens")
     w1, b1, w2, b2 = layer
     sample = rgen.generate(routing, tokens, E, TOPK, seed=tokens)
     x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
@@ -51,7 +53,7 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
         extra += [c for c in cfgs if c.get("num_stages", 1) > 2][:1]
         extra += [c for c in cfgs if c.get("BLOCK_N2") and c["BLOCK_N2"] != c["BLOCK_N"]][:1]  # mlp2's own tile
     # moe_fused is moe_h2g's arithmetic in one launch, checked bit for bit against it over configs by
-    # test_moe_fused_is_moe_h2g_in_one_launch: its defaults are enough here (the interpreter is slow)
+    # test_moe_fused_is_moe_h2g_in_one_launch: its defaults at one token are enough here (the interpreter is slow)
     mid = [] if name == "moe_fused" else [cfgs[len(cfgs) // 2]]
     for cfg in [MOE[name].defaults, *mid, *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
