@@ -5,16 +5,14 @@ bytes stored tile-contiguous (each step of a program one contiguous ROWS * CW * 
 
 call as: python3 .device/pattern.py [$OUT/pattern]
 """
-import datetime
 import functools
-import json
-import os
 import sys
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+
+from labkit.runs import probe_run
 
 
 @triton.jit
@@ -36,7 +34,7 @@ def main():
     N, KW = 201088, 360
     w = torch.randint(-2**31, 2**31 - 1, (N * KW,), device="cuda", dtype=torch.int32)
     flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = probe_run("pattern")
     lines = ["rows,bytes_per_row_step,num_stages,num_warps,rowwise_gbps,tiled_gbps"]
     print(f"{'rows':>5} {'bytes/row/step':>15} {'stages':>6} {'warps':>5} {'rowwise GB/s':>13} {'tiled GB/s':>11}")
     for rows, cw, stages, warps in [(128, 16, 1, 4), (128, 16, 3, 4), (128, 32, 1, 4), (128, 32, 3, 4),
@@ -64,15 +62,10 @@ def main():
             res.append(nbytes / (ts[len(ts) // 2] * 1e-3) / 1e9)
         print(f"{rows:5d} {cw * 4:15d} {stages:6d} {warps:5d} {res[0]:13.0f} {res[1]:11.0f}", flush=True)
         lines.append(f"{rows},{cw * 4},{stages},{warps},{res[0]:.1f},{res[1]:.1f}")
-    if len(sys.argv) > 1:
-        dst = Path(sys.argv[1])
-        dst.mkdir(parents=True, exist_ok=True)
-        (dst / "pattern.csv").write_text("\n".join(lines) + "\n")
-        meta = {"started": started, "command": "python3 .device/pattern.py " + sys.argv[1],
-                "gpu": torch.cuda.get_device_name(), "git_commit": os.environ.get("LAB_GIT_COMMIT", "unknown"),
-                "torch": torch.__version__, "triton": triton.__version__,
-                "contents": "pattern.csv: read GB/s of the lm_head weight, row-strided vs tile-contiguous steps"}
-        (dst / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if run:
+        (run.path / "pattern.csv").write_text("\n".join(lines) + "\n")
+        run.update_meta(contents="pattern.csv: read GB/s of the lm_head weight, row-strided vs tile-contiguous steps")
+        run.finish()
 
 
 if __name__ == "__main__":

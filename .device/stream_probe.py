@@ -11,18 +11,15 @@ Timing: the lab's method (spin kernel ahead, CUDA events, median of 20, L2 flush
 
 call as: python3 .device/stream_probe.py [$OUT/stream]
 """
-import datetime
-import json
-import os
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
 from labkit.hardware import event_ms
+from labkit.runs import probe_run
 
 
 @triton.jit
@@ -81,7 +78,7 @@ def main():
     flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
     out = torch.empty(1 << 24, device="cuda", dtype=torch.int32)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = probe_run("stream")
     rows = []
 
     def rec(name, params, nbytes, fn):
@@ -118,16 +115,11 @@ def main():
     print(f"\n{'schedule':10s} {'params':28s} {'us':>9s} {'GB/s':>8s}  (best 12)")
     for name, params, _, us, g in sorted(rows, key=lambda r: -r[4])[:12]:
         print(f"{name:10s} {params:28s} {us:9.1f} {g:8.0f}")
-    if len(sys.argv) > 1:
-        dst = Path(sys.argv[1])
-        dst.mkdir(parents=True, exist_ok=True)
+    if run:
         lines = ["schedule,params,bytes,us,gbps"] + [f"{a},{b},{c},{d:.2f},{e:.1f}" for a, b, c, d, e in rows]
-        (dst / "stream.csv").write_text("\n".join(lines) + "\n")
-        meta = {"started": started, "command": "python3 .device/stream_probe.py " + sys.argv[1],
-                "gpu": torch.cuda.get_device_name(), "git_commit": os.environ.get("LAB_GIT_COMMIT", "unknown"),
-                "torch": torch.__version__, "triton": triton.__version__,
-                "contents": "stream.csv: read rate of Triton streaming schedules over the lm_head's bytes"}
-        (dst / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (run.path / "stream.csv").write_text("\n".join(lines) + "\n")
+        run.update_meta(contents="stream.csv: read rate of Triton streaming schedules over the lm_head's bytes")
+        run.finish()
 
 
 if __name__ == "__main__":

@@ -3,17 +3,14 @@ lm_head weight and one gpt-oss MoE layer's w1 (de-interleaved) and w2, median of
 
 call as: python3 .device/tile_cost.py [$OUT/tile-cost]   (writes tile_cost.csv and meta.json there)
 """
-import datetime
-import json
-import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 import kernels as K
 from kernels.prepare import tile_mxfp4
+from labkit.runs import probe_run
 
 
 def _weight(shape):
@@ -23,7 +20,7 @@ def _weight(shape):
 
 
 def main():
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run = probe_run("tile-cost")
     lines = ["weight,shape,deinterleave,ms,mb_in,mb_out"]
     for name, shape, de in [("lm_head", (201088, 2880), False), ("gpt-oss-120b w1", (128, 5760, 2880), True),
                             ("gpt-oss-120b w2", (128, 2880, 2880), False), ("gpt-oss-20b w1", (32, 5760, 2880), True)]:
@@ -41,14 +38,10 @@ def main():
         print(f"{name:18s} {str(shape):18s} {ts[2]:8.2f} ms  {mb_in:8.1f} MB -> {mb_out:8.1f} MB", flush=True)
         lines.append(f"{name},{'x'.join(map(str, shape))},{de},{ts[2]:.3f},{mb_in:.1f},{mb_out:.1f}")
         del p, q
-    if len(sys.argv) > 1:
-        dst = Path(sys.argv[1])
-        dst.mkdir(parents=True, exist_ok=True)
-        (dst / "tile_cost.csv").write_text("\n".join(lines) + "\n")
-        meta = {"started": started, "command": "python3 .device/tile_cost.py " + sys.argv[1],
-                "gpu": torch.cuda.get_device_name(), "git_commit": os.environ.get("LAB_GIT_COMMIT", "unknown"),
-                "contents": "tile_cost.csv: tile_mxfp4 time (median of 5) and bytes before/after, per weight"}
-        (dst / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if run:
+        (run.path / "tile_cost.csv").write_text("\n".join(lines) + "\n")
+        run.update_meta(contents="tile_cost.csv: tile_mxfp4 time (median of 5) and bytes before/after, per weight")
+        run.finish()
 
 
 if __name__ == "__main__":

@@ -108,6 +108,14 @@ def create_run(name: str, *, parameters: dict | None = None, out: str | Path | N
     return Run(path)
 
 
+def probe_run(name: str) -> Run | None:
+    """The run folder of a device probe called as `python3 .device/<script>.py [OUT_DIR]`, made before it
+    measures (a killed probe still leaves its meta.json); None when no OUT_DIR is given."""
+    if len(sys.argv) < 2:
+        return None
+    return create_run(name, out=sys.argv[1], command=f"python3 {sys.argv[0]} {sys.argv[1]}")
+
+
 def open_run(path: str | Path) -> Run:
     """An existing run folder; raises FileNotFoundError naming the path if it has no meta.json."""
     p = Path(path)

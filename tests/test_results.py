@@ -1,10 +1,12 @@
 """Results store: appends are durable, keys identify points, many runs read as one frame."""
 
+import sys
+
 import pandas as pd
 import pytest
 
 from labkit.results import KEY_COLUMNS, POINT_COLUMNS, PointStore, point_key, read_runs
-from labkit.runs import create_run
+from labkit.runs import create_run, probe_run
 
 
 def _point(**kw):
@@ -170,3 +172,14 @@ def test_reference_runs_pick_the_most_overlap(tmp_path):
     _run(tmp_path, "none", [_point(m=7)])
     assert reference_runs(fresh, candidates=[one, two, tmp_path / "none", fresh]) == {"linear": two}
     assert reference_runs(fresh, candidates=[tmp_path / "none"]) == {}
+
+
+def test_probe_run_is_made_before_measuring_and_names_its_command(tmp_path, monkeypatch):
+    """A device probe's run folder exists (meta.json, not finished) before it measures; without OUT_DIR, none."""
+    monkeypatch.setattr(sys, "argv", [".device/probe.py"])
+    assert probe_run("probe") is None
+    out = tmp_path / "probe"
+    monkeypatch.setattr(sys, "argv", [".device/probe.py", str(out)])
+    run = probe_run("probe")
+    assert run.path == out and run.meta["finished"] is None
+    assert run.meta["command"] == f"python3 .device/probe.py {out}"
