@@ -298,6 +298,37 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
+def h2g_first_loads(wp, sp, word, rg, full, TW: tl.constexpr, G: tl.constexpr, PREFETCH: tl.constexpr):
+    """(v_next, s_next) before an h2g K loop: with PREFETCH (a register double buffer, the next K tile's weights in
+    flight while one is used) the first full tile's words and scale bytes, else unused placeholders."""
+    if PREFETCH:
+        n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
+        v_next = tl.load(wp, mask=word < n * TW, other=0)
+        s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
+    else:
+        v_next = 0
+        s_next = 0
+    return v_next, s_next
+
+
+@triton.jit
+def h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW: tl.constexpr, G: tl.constexpr, WSTEP: tl.constexpr,
+              SSTEP: tl.constexpr, PREFETCH: tl.constexpr):
+    """(v, s, v_next, s_next) of full K tile t at wp/sp: its words as uint32 and its scale bytes, loaded now or, with
+    PREFETCH, one step earlier, in which case tile t + 1's loads are issued here (masked off past the last)."""
+    if PREFETCH:
+        v = v_next.to(tl.uint32, bitcast=True)
+        s = s_next
+        n = tl.minimum(full - 1 - t, 1)
+        v_next = tl.load(wp + WSTEP, mask=word < n * TW, other=0)
+        s_next = tl.load(sp + SSTEP, mask=rg[None, :] < n * G, other=0)
+    else:
+        v = tl.load(wp).to(tl.uint32, bitcast=True)
+        s = tl.load(sp)
+    return v, s, v_next, s_next
+
+
+@triton.jit
 def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT: tl.constexpr = False):
     """Word pointers [rows, TW] and scale pointers [rows, G] of the first K tile of rows rn_c, in the row-major
     layout or in tile_mxfp4's (TILED: 16-row groups of 128-K chunks, 16 words and 4 scale bytes per row and
@@ -363,20 +394,9 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + word
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
-    if PREFETCH:  # register double buffer: the next tile's weights are in flight while this one is used
-        n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
-        v_next = tl.load(wp, mask=word < n * TW, other=0)
-        s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
+    v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
     for t in tl.range(0, full, num_stages=STAGES):
-        if PREFETCH:
-            v = v_next.to(tl.uint32, bitcast=True)
-            s = s_next
-            n = tl.minimum(full - 1 - t, 1)
-            v_next = tl.load(wp + WSTEP, mask=word < n * TW, other=0)
-            s_next = tl.load(sp + SSTEP, mask=rg[None, :] < n * G, other=0)
-        else:
-            v = tl.load(wp).to(tl.uint32, bitcast=True)
-            s = tl.load(sp)
+        v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
                            False)

@@ -39,7 +39,7 @@ import torch
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
-from .linear_f16 import h2_tiles, h2g_pointers, h2g_step, plane_words, x_to_f16
+from .linear_f16 import h2_tiles, h2g_first_loads, h2g_loads, h2g_pointers, h2g_step, plane_words, x_to_f16
 from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .routing import Routing
@@ -260,20 +260,9 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     last = tl.load(offs_ptr + e + 1) - 1
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
-    if PREFETCH:  # register double buffer, as gemv_h2g: the next K tile's weights load while this one is used
-        n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
-        v_next = tl.load(wp, mask=word < n * TW, other=0)
-        s_next = tl.load(sp, mask=rg[None, :] < n * G, other=0)
+    v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
     for t in tl.range(0, full, num_stages=STAGES):
-        if PREFETCH:
-            v = v_next.to(tl.uint32, bitcast=True)
-            s = s_next
-            n = tl.minimum(full - 1 - t, 1)
-            v_next = tl.load(wp + WSTEP, mask=word < n * TW, other=0)
-            s_next = tl.load(sp + SSTEP, mask=rg[None, :] < n * G, other=0)
-        else:
-            v = tl.load(wp).to(tl.uint32, bitcast=True)
-            s = tl.load(sp)
+        v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         if WAIT:
             if t == 0:
                 wait_count(wait_ptr, wait_need)

@@ -231,6 +231,22 @@ def test_uncombined_output_sums_in_the_next_norm(layer, device):
         K.router_logits(stream, slots, scale, 1e-5, torch.zeros(4, H, device=device), torch.zeros(4, device=device))
 
 
+def odd_layer(seed: int, tokens: int, sample_seed: int, device):
+    """A layer whose shapes leave a K tail and a partial tile in every loop: E=4, H=288, I=160, k=2 (K=288 and
+    K=160 are multiples of no K tile past 32, I=160 of no BLOCK_N past 32), zipf(1.2) routing. Returns
+    ((w1, b1, w2, b2), x, routing) on `device` and the fp32 reference output (CPU)."""
+    e, h, i, k = 4, 288, 160, 2
+    g = torch.Generator().manual_seed(seed)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
+    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
+    sample = rgen.generate("zipf(1.2)", tokens, e, k, seed=sample_seed)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    return tuple(w.to(device) for w in (w1, b1, w2, b2)), x.to(device), r, ref
+
+
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 1},
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
@@ -262,15 +278,7 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     or with STAGES streams every step through a ring of zero-filled cp.async copies; H=288 and I=160 give mlp1
     2 or 1 full steps plus a 32-wide tail and mlp2 one step plus a tail. Columns past a tile's end (I=160 is
     not a multiple of BLOCK_N) and experts with more tokens than BLOCK_M too."""
-    e, h, i, k, t = 4, 288, 160, 2, 21
-    g = torch.Generator().manual_seed(11)
-    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
-    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
-    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
-    sample = rgen.generate("zipf(1.2)", t, e, k, seed=4)
-    x = torch.randn(t, h, generator=g).to(torch.bfloat16)
-    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    dw, x, r, ref = odd_layer(11, 21, 4, device)
     if cfg.get("WGMMA"):  # every float buffer starts as NaN: a padding column left unwritten poisons the output
         empty = torch.empty
 
@@ -279,15 +287,14 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
             return out.fill_(float("nan")) if out.is_floating_point() else out
 
         monkeypatch.setattr(torch, "empty", nan_empty)
-    y = K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)), variant="moe_mma", **cfg)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
     if cfg.get("WGMMA") and device == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
         same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES", "RING_W")}
-        assert torch.equal(y, K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **same))
+        assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
         untiled = {**cfg, "TILED": False, "RING_W": False}
-        assert torch.equal(y, K.moe_mxfp4(x.to(device), r, *(w.to(device) for w in (w1, b1, w2, b2)),
-                                          variant="moe_mma", **untiled))
+        assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **untiled))
 
 
 @pytest.mark.parametrize("cfg", [
@@ -300,16 +307,8 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
     halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
     partial row tiles in both layers."""
-    e, h, i, k, t = 4, 288, 160, 2, 9
-    g = torch.Generator().manual_seed(5)
-    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2).to(device)
-    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2).to(device)
-    b1, b2 = (torch.randn(e, 2 * i, generator=g) * 0.1).to(device), (torch.randn(e, h, generator=g) * 0.1).to(device)
-    sample = rgen.generate("zipf(1.2)", t, e, k, seed=2)
-    x = torch.randn(t, h, generator=g).to(torch.bfloat16).to(device)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
-    ref = K.reference_moe(x.float().cpu(), (sample.ids, sample.weights), *(a.cpu() for a in (w1, b1, w2, b2)))
     assert rel_err(y, ref) < TOL
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
     t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
@@ -366,19 +365,10 @@ def test_moe_tc_f16_several_k_steps_a_tail_and_tiles_past_the_tokens(cfg, device
     fp16 act. H=288 and I=160 give K loops of whole steps plus a masked tail (mlp2's K=160 too), I=160 is not a
     multiple of BLOCK_N, and a 256-token tile holds far more rows than any expert has. It must agree with the
     reference and with the bf16 path."""
-    e, h, i, k, t = 4, 288, 160, 2, 21
-    g = torch.Generator().manual_seed(12)
-    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
-    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
-    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
-    sample = rgen.generate("zipf(1.2)", t, e, k, seed=5)
-    x = torch.randn(t, h, generator=g).to(torch.bfloat16)
-    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
-    dw = [w.to(device) for w in (w1, b1, w2, b2)]
-    y = K.moe_mxfp4(x.to(device), r, *dw, variant="moe_tc", **cfg)
+    dw, x, r, ref = odd_layer(12, 21, 5, device)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_tc", **cfg)
     assert rel_err(y, ref) < TOL
-    bf16 = K.moe_mxfp4(x.to(device), r, *dw, variant="moe_tc", **{**cfg, "F16": False})
+    bf16 = K.moe_mxfp4(x, r, *dw, variant="moe_tc", **{**cfg, "F16": False})
     assert rel_err(y, bf16.float().cpu()) < TOL
 
 
