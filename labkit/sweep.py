@@ -19,7 +19,9 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
                                              # (kernels/tables.py as checked out): regret measured in the same run
     best_of: {top: 4, runs: [sources]}       # also the `top` fastest configs per layout that earlier runs measured
                                              # at each point (tables.leaders); runs: folders or globs, `sources`
-                                             # = the runs the op's tables came from
+                                             # = the runs the op's tables came from; also: {PARAM: value} adds
+                                             # each leader once more with those values (an A/B of one change
+                                             # against the best configs, on one routing sample)
 
 `run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
 sweep killed at any moment resumes where it stopped and loses at most the point in flight.
@@ -117,7 +119,9 @@ def best_of(spec: dict, op: str) -> dict:
     if not bo:
         return {}
     if not isinstance(bo, dict) or not isinstance(bo.get("top"), int) or bo["top"] < 1:
-        raise ValueError(f"spec: best_of is {{top: N >= 1, runs: [...]}}, got {bo!r}")
+        raise ValueError(f"spec: best_of is {{top: N >= 1, runs: [...], also: {{...}}}}, got {bo!r}")
+    if not isinstance(bo.get("also", {}), dict):
+        raise ValueError(f"spec: best_of's also is {{PARAM: value}}, got {bo['also']!r}")
     runs: list[str] = []
     for r in bo.get("runs", ["sources"]):
         found = source_runs(op) if r == "sources" else sorted(glob.glob(r))
@@ -131,13 +135,16 @@ def _extras(spec: dict, problem: dict, lead: list, have: set) -> list[tuple[str,
     """Leaders of earlier runs that the rules admit for `problem`, then auto's picks: what the spec's best_of
     and auto_picks add to a point beyond its grids (`have`: the (variant, _key(config)) it already holds)."""
     out = []
+    also = (spec.get("best_of") or {}).get("also") or {}
     for name, cfg in lead:
         v = VARIANTS.get(name)
         if v is None:
             continue
         full = {**v.defaults, **cfg}
-        if v.reason(full, problem) is None:
-            out.append((name, full))
+        changed = {**full, **{k: val for k, val in also.items() if k in v.space}}
+        for c in (full, changed) if changed != full else (full,):
+            if v.reason(c, problem) is None:
+                out.append((name, c))
     out += auto_picks(spec, problem)
     seen = set(have)
     kept = []

@@ -194,6 +194,12 @@ def test_best_of_adds_earlier_leaders_the_rules_admit(tmp_path):
     got = sorted(c.config["BLOCK_N"] for c in cases if c.tokens == 1)
     assert got == [16, 32] and all(c.tokens == 1 for c in cases)
     assert all(c.config == {**K.VARIANTS["moe_h2g"].defaults, **c.config} for c in cases)
+    also = expand_moe({**spec, "best_of": {**spec["best_of"], "also": {"BLOCK_K": 512, "ROWS": 2}}}, on_gpu=True)
+    got = sorted((c.config["BLOCK_N"], c.config["BLOCK_K"]) for c in also if c.tokens == 1)
+    # each leader, then with BLOCK_K=512 (moe_h2g has no ROWS) where the rules admit it: not BLOCK_N=32 on 2 warps
+    assert got == [(16, 256), (16, 512), (32, 256)]
+    with pytest.raises(ValueError, match="also is"):
+        expand_moe({**spec, "best_of": {"top": 2, "also": [1]}}, on_gpu=True)
     with pytest.raises(ValueError, match="matches no run folder"):
         expand_moe({**spec, "best_of": {"top": 2, "runs": [str(tmp_path / "nothing*")]}}, on_gpu=True)
     with pytest.raises(ValueError, match="best_of is"):
