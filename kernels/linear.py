@@ -32,7 +32,7 @@ from ._triton import INTERPRETED, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
-from .linear_mma import overlap_reason, run_gemv_mma, wgmma_reason
+from .linear_mma import run_gemv_mma, wgmma_reason
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
     Variant,
@@ -412,8 +412,6 @@ def _rule_mma_registers(cfg, problem):
         return wgmma_reason(cfg)
     if cfg.get("STAGES", 3) != 3 or cfg.get("RING_W"):
         return "STAGES (the x ring) and RING_W apply only with WGMMA"
-    if overlap_reason(cfg):
-        return overlap_reason(cfg)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 210:
@@ -428,13 +426,13 @@ register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168), "WGMMA": (False, True),
-           "STAGES": (2, 3, 4), "RING_W": (False, True), "OVERLAP": (False, True)},
+           "STAGES": (2, 3, 4), "RING_W": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
-              "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "OVERLAP": False},
+              "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
-                "(RING_W: the weights too; OVERLAP: the next step decoded while this step's wgmma runs)",
+                "(RING_W: the weights too)",
 ))
 register(Variant(
     name="mma", kind="gemm", op="linear", fn=_run_mma,

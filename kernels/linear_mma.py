@@ -261,42 +261,28 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_mma_wait(acc, a_prev, a, OVERLAP: gl.constexpr):
-        """Wait for this step's MMA (OVERLAP=False) or the previous one (OVERLAP=True: this step's MMA runs
-        on while the next step is loaded and decoded). The A registers of every MMA that may still be in
-        flight are listed as dependencies of the wait, so they stay allocated until the MMA read them (without
-        that, ptxas reused them and wait(1) gave wrong results on the H100: the WAIT=1 points of
-        results/20261123T050813-h100-80gb-hbm3-moe-mma-wgmma). Returns (acc, A of the MMA left in flight)."""
-        if OVERLAP:
-            acc, a_prev, a = warpgroup_mma_wait(1, deps=[acc, a_prev, a])
-            return acc, a
-        else:
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            return acc, a_prev
-
-    @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
-                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr,
-                   OVERLAP: gl.constexpr = False):
+                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr):
         """The K loop on wgmma: acc [rows, BM] += decoded weights (rows' words at wofs, scales at sofs) @ x.
 
         Weights: the next step's words are loaded into registers while this step is decoded straight into
         wgmma's A registers (no data movement, checked). x (logical K order, rows at xofs): cp.async copies into
         a ring of STAGES shared-memory slots, STAGES - 1 steps ahead, read transposed as B. Each step waits for
-        its MMA before the next decode: leaving it in flight (wait(1)) gave wrong results on the H100, likely
-        as the registers wgmma reads are packed copies of A that nothing keeps alive (the WAIT=1 points of
-        results/20261123T050813-h100-80gb-hbm3-moe-mma-wgmma). A slot is refilled only after every warp passed
-        the barrier that publishes the next step's x, i.e. after every warp's MMA on it."""
+        its MMA before the next decode: leaving it in flight (wait(1)) gives wrong results on the H100 even with
+        the previous step's A listed in the wait's deps, because Triton hands the deps to ptxas only inside a
+        comment of the wait's asm: ptxas sees the A registers dead after the HGMMA and the next step's decode
+        overwrites them while it may still read them (sm_90 SASS; results/20261123T050813-h100-80gb-hbm3-moe-
+        mma-wgmma, results/20261123T161917-h100-80gb-hbm3-linear-wgmma-overlap). A slot is refilled only after
+        every warp passed the barrier that publishes the next step's x, i.e. after every warp's MMA on it."""
         STEP: gl.constexpr = CHUNKS * 16  # words per row and step
         WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
         SSTEP: gl.constexpr = STEP // 4 * (16 if TILED else 1)
-        AHEAD: gl.constexpr = STAGES - 1 - OVERLAP  # OVERLAP: step c - 1's MMA may still read its slot
+        AHEAD: gl.constexpr = STAGES - 1
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(AHEAD):
             _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         v_n = gl.load(w_ptr + wofs, mask=group < KW, other=0)
         s_n = gl.load(s_ptr + sofs, mask=block < KB, other=0)
-        a_prev = gl.zeros([acc.shape[0], 128 * CHUNKS], gl.float16, A_L)  # (OVERLAP) the A left in flight
         for c in range(0, steps):
             v, s = v_n, s_n
             more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
@@ -309,9 +295,7 @@ if gluon is not None:
             gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
             _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES)
             acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
-            acc, a_prev = _g_mma_wait(acc, a_prev, a, OVERLAP)
-        if OVERLAP:
-            acc, a_prev = warpgroup_mma_wait(0, deps=[acc, a_prev])
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -332,34 +316,29 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
-                        CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        OVERLAP: gl.constexpr = False):
+                        CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
         caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute)."""
         STEP: gl.constexpr = CHUNKS * 16
-        AHEAD: gl.constexpr = STAGES - 1 - OVERLAP  # OVERLAP: step c - 1's MMA may still read its x slot
         steps = gl.cdiv(KW, STEP)
-        for q in gl.static_range(AHEAD):
+        for q in gl.static_range(STAGES - 1):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
                           STEP, STAGES)
-        a_prev = gl.zeros([acc.shape[0], 128 * CHUNKS], gl.float16, A_L)  # (OVERLAP) the A left in flight
         for c in range(0, steps):
-            async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             fence_async_shared()
-            gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1 - OVERLAP's slot
+            gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
             slot = c % STAGES
             v = wsm.index(slot).load(LW)
             s = ssm.index(slot).load(gl.SliceLayout(3, LW))
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + AHEAD,
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
                           steps, KW, KB, STEP, STAGES)
             w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
-            a = gl.convert_layout(w, A_L, assert_trivial=True)
-            acc = warpgroup_mma(a, xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc, a_prev = _g_mma_wait(acc, a_prev, a, OVERLAP)
-        if OVERLAP:
-            acc, a_prev = warpgroup_mma_wait(0, deps=[acc, a_prev])
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -378,7 +357,7 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, OVERLAP: gl.constexpr = False):
+                      LSC: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
@@ -390,10 +369,10 @@ if gluon is not None:
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, OVERLAP)
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
-                             CHUNKS, TILED, STAGES, A_L, OVERLAP)
+                             CHUNKS, TILED, STAGES, A_L)
         return acc
 
     @gluon.jit
@@ -401,7 +380,7 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, OVERLAP: gl.constexpr = False):
+                   LSC: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers."""
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -410,7 +389,7 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, OVERLAP)
+                            LW, MMA, SX, SW, SS, LSC)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -467,15 +446,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
         return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
-    if cfg.get("OVERLAP") and cfg["STAGES"] < 3:
-        return "OVERLAP keeps step c - 1's x slot under its MMA while step c + 1's is filled: it needs STAGES >= 3"
-    return None
-
-
-def overlap_reason(cfg: dict) -> str | None:
-    """OVERLAP (one wgmma left in flight per step) exists only on the WGMMA path."""
-    if cfg.get("OVERLAP") and not cfg.get("WGMMA"):
-        return "OVERLAP (the next step decoded while this step's wgmma runs) applies only with WGMMA"
     return None
 
 
@@ -533,7 +503,7 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, OVERLAP=False):
+                 WGMMA=False, STAGES=3, RING_W=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -560,7 +530,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, OVERLAP=OVERLAP, num_warps=num_warps, **extra)
+                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra)
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

@@ -39,7 +39,6 @@ from .linear_mma import (
     _x_step,
     gluon,
     mma_layouts,
-    overlap_reason,
     wg_layouts,
     wgmma_reason,
 )
@@ -344,7 +343,7 @@ if gluon is not None:
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
-                       SS: gl.constexpr, LSC: gl.constexpr, OVERLAP: gl.constexpr = False):
+                       SS: gl.constexpr, LSC: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -363,7 +362,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, OVERLAP)
+                                SW, SS, LSC)
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
@@ -404,8 +403,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, OVERLAP=cfg.get("OVERLAP", False),
-                             num_warps=nw, **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
@@ -419,8 +417,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                OVERLAP=False):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -442,7 +439,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, OVERLAP=OVERLAP)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
@@ -476,8 +473,6 @@ def _rule_ring(cfg, problem):
         return None
     if cfg.get("RING_W"):
         return "RING_W applies only with WGMMA"
-    if overlap_reason(cfg):
-        return overlap_reason(cfg)
     if not stages:
         return None
     if stages < 2:
@@ -495,9 +490,9 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "OVERLAP": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "OVERLAP": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

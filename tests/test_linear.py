@@ -93,8 +93,6 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
         assert rel_err(y, ref) < tol("gemv_mma")
         if device == "cpu":
             assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg))
-        if ring["STAGES"] >= 3:  # the same MMAs in the same order, one left in flight: the same bits
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", WGMMA=True, OVERLAP=True, **ring, **cfg), y)
 
 
 def test_tile_layout_places_each_row_chunk(device):
@@ -285,21 +283,6 @@ def test_variants_under_cuda_graph_capture(name):
     torch.cuda.synchronize()
     ref2 = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).cuda()
     assert rel_err(y, ref2) < tol(name)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("ring", [{"STAGES": 3}, {"STAGES": 4, "TILED": True, "RING_W": True}])
-def test_wgmma_overlap_gives_the_same_bits_call_after_call(ring):
-    """OVERLAP leaves each step's wgmma in flight while the next step is decoded into fresh A registers: a
-    register or ring slot reused too early would change results only now and then, so many calls on fresh
-    data (every token count the lm_head tables use WGMMA for) must give exactly the bits of OVERLAP=False."""
-    for i, m in enumerate((16, 32, 64, 128) * 3):
-        x, w, b, ref = make(m, 2048, 2880, seed=100 + i, dev="cuda")
-        cfg = {"BLOCK_M": min(m, 64), "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, **ring}
-        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-        assert rel_err(y, ref) < tol("gemv_mma")
-        for _ in range(3):
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", OVERLAP=True, **cfg), y), (m, ring)
 
 
 @pytest.mark.gpu
