@@ -6,9 +6,10 @@ Every figure is the lab's method (labkit.bench.time_calls): CUDA-graph replays o
 L2 per replay), median per call. Schedules (each program xors what it reads and stores one tile):
 - flat B: one program per block of B int32 words;
 - stride B G: a persistent grid of G programs per SM, program p reads blocks p, p + G, ...;
-- gemv_h2g: the lab's M = 1 GEMV (the lm_head's best config) on a dense [rows, 2880] MXFP4 weight;
-- pair: mlp1's then mlp2's bytes as two flat launches in a row (the two weight launches of moe_h2g), against one
-  flat launch over both (what a single launch could get).
+- gemv_h2g: the lab's M = 1 GEMV (the lm_head's best config) on a dense [rows, 2880] MXFP4 weight, one program
+  per 16-row tile or (PERSIST=P) P programs per SM striding over the tiles;
+- pair: mlp1's then mlp2's bytes as two strided launches in a row (the two weight launches of moe_h2g), against
+  one strided launch over both (what a single launch could get).
 
 call as: python3 .device/stream_size.py [$OUT/stream-size]
 """
@@ -32,7 +33,8 @@ SIZES = {"mlp2 T=1": 4 * 2880, "mlp1 T=1": 4 * 5760, "layer T=1": 4 * 8640, "mlp
 def _flat(w_ptr, out_ptr, B: tl.constexpr):
     pid = tl.program_id(0)
     o = tl.arange(0, B)
-    tl.store(out_ptr + (pid % 4096) * B + o, tl.load(w_ptr + pid.to(tl.int64) * B + o))
+    v = tl.load(w_ptr + pid.to(tl.int64) * B + o)
+    tl.store(out_ptr + pid % 16 * B + o, v, mask=(o < B) & (pid < 16))  # kept live, next to nothing written
 
 
 @triton.jit
@@ -78,8 +80,10 @@ def main():
               for _ in range(copies_for(n_rows * ROW))]
         x = torch.randn(1, 2880, device="cuda").to(torch.bfloat16)
         cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4, "PREFETCH": True}
-        rec("gemv_h2g", size, "BN=16 BK=1024", n_rows * ROW,
-            [lambda w=w, x=x, c=cfg: K.mxfp4_linear(x, w, variant="gemv_h2g", **c) for w in ws])
+        for persist in (0, 2, 4):
+            c = {**cfg, "PERSIST": persist}
+            rec("gemv_h2g", size, f"BN=16 BK=1024 P={persist}", n_rows * ROW,
+                [lambda w=w, x=x, c=c: K.mxfp4_linear(x, w, variant="gemv_h2g", **c) for w in ws])
         del ws
     for t in (1, 4):  # moe_h2g's two weight launches as two flat launches, against one launch over both
         w1 = 4 * t * 5760 * ROW // 4 // 2048 * 2048
@@ -89,15 +93,15 @@ def main():
                 for _ in range(copies_for((w1 + w2) * 4))]
 
         def two(a, b, n1=w1 // 2048, n2=w2 // 2048):
-            _flat[(n1,)](a, out, B=2048, num_warps=4)
-            _flat[(n2,)](b, out, B=2048, num_warps=4)
+            _stride[(4 * sms,)](a, out, n1, B=2048, num_warps=4)
+            _stride[(4 * sms,)](b, out, n2, B=2048, num_warps=4)
 
         rec("pair", f"layer T={t}", "2 launches", (w1 + w2) * 4, [lambda a=a, b=b: two(a, b) for a, b in bufs])
         del bufs
         one = [torch.randint(-2**31, 2**31 - 1, (w1 + w2,), device="cuda", dtype=torch.int32)
                for _ in range(copies_for((w1 + w2) * 4))]
         rec("pair", f"layer T={t}", "1 launch", (w1 + w2) * 4,
-            [lambda w=w, n=(w1 + w2) // 2048: _flat[(n,)](w, out, B=2048, num_warps=4) for w in one])
+            [lambda w=w, n=(w1 + w2) // 2048: _stride[(4 * sms,)](w, out, n, B=2048, num_warps=4) for w in one])
         del one
     if run:
         lines = ["schedule,size,params,bytes,us,gbps"]
