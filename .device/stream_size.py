@@ -7,7 +7,8 @@ L2 per replay), median per call. Schedules (each program xors what it reads and 
 - flat B: one program per block of B int32 words;
 - stride B G: a persistent grid of G programs per SM, program p reads blocks p, p + G, ...;
 - gemv_h2g: the lab's M = 1 GEMV (the lm_head's best config) on a dense [rows, 2880] MXFP4 weight, one program
-  per 16-row tile or (PERSIST=P) P programs per SM striding over the tiles;
+  per 16-row tile or (PERSIST=P) P programs per SM striding over the tiles, row-major or TILED (each tile's
+  16 rows one contiguous run);
 - pair: mlp1's then mlp2's bytes as two strided launches in a row (the two weight launches of moe_h2g), against
   one strided launch over both (what a single launch could get).
 
@@ -34,7 +35,7 @@ def _flat(w_ptr, out_ptr, B: tl.constexpr):
     pid = tl.program_id(0)
     o = tl.arange(0, B)
     v = tl.load(w_ptr + pid.to(tl.int64) * B + o)
-    tl.store(out_ptr + pid % 16 * B + o, v, mask=(o < B) & (pid < 16))  # kept live, next to nothing written
+    tl.store(out_ptr + pid, tl.xor_sum(v, axis=0))  # 4 bytes written per block read
 
 
 @triton.jit
@@ -80,9 +81,9 @@ def main():
               for _ in range(copies_for(n_rows * ROW))]
         x = torch.randn(1, 2880, device="cuda").to(torch.bfloat16)
         cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4, "PREFETCH": True}
-        for persist in (0, 2, 4):
-            c = {**cfg, "PERSIST": persist}
-            rec("gemv_h2g", size, f"BN=16 BK=1024 P={persist}", n_rows * ROW,
+        for persist, tiled in ((0, False), (4, False), (0, True), (4, True)):
+            c = {**cfg, "PERSIST": persist, "TILED": tiled}
+            rec("gemv_h2g", size, f"P={persist}{' TILED' if tiled else ''}", n_rows * ROW,
                 [lambda w=w, x=x, c=c: K.mxfp4_linear(x, w, variant="gemv_h2g", **c) for w in ws])
         del ws
     for t in (1, 4):  # moe_h2g's two weight launches as two flat launches, against one launch over both
