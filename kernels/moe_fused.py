@@ -13,7 +13,7 @@ counters: mlp1 on all of x, an mlp2 item on its chunk's mlp1 tiles, a combine it
 token's k chunks. Positions that do not start a BLOCK_M chunk of their expert (see moe._program_rows) do no
 work but still signal, so every counter's share per launch is fixed whatever the routing.
 
-The counters live in a small int64 buffer per launch shape (launch_counters), kept between calls and never
+The counters live in a small int64 buffer per launch shape (sync.scratch), kept between calls and never
 reset: calls with the same shape must run one after the other on one stream (a CUDA graph's replays do).
 """
 
@@ -25,7 +25,7 @@ from ._triton import pdl_enter, pdl_launch, tl, triton
 from .linear_f16 import plane_words, x16_row
 from .moe import MoESlots, _program_rows, act16_scale, h2g_tile
 from .prepare import tile_mxfp4
-from .sync import signal_count, take_ticket, wait_count
+from .sync import scratch, signal_count, take_ticket, wait_count
 from .variants import (
     Variant,
     register,
@@ -93,19 +93,6 @@ def _moe_fused_kernel(x_ptr, x16_ptr, xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_
         tl.store(out_ptr + t * H + rh, acc.to(tl.bfloat16), mask=rh < H)
 
 
-_COUNTERS: dict[tuple, torch.Tensor] = {}
-
-
-def launch_counters(device: torch.device, key: tuple, n: int) -> torch.Tensor:
-    """The int64 counters of one launch shape (key), zeroed when first made and then kept: they count on from
-    call to call (kernels/sync.py), so no call pays a memset."""
-    key = (str(device), n, *key)
-    c = _COUNTERS.get(key)
-    if c is None:
-        c = _COUNTERS[key] = torch.zeros(n, dtype=torch.int64, device=device)
-    return c
-
-
 def launch_shape(T: int, S: int, N1: int, H: int, bn: int, bn2: int, bh: int, convert: bool, combine: bool):
     """(work items, counters key) of a call: the key holds every number a wait's share depends on. Item counts
     alone collide: with H = 1024, x16 given and the combine on have as many items as x converted in the launch
@@ -133,7 +120,7 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
     y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     bn, bn2, bh = cfg["BLOCK_N"], cfg["BLOCK_N2"] or cfg["BLOCK_N"], 1024
     items, shape = launch_shape(T, S, N1, H, bn, bn2, bh, x16 is None, combine)
-    ctr = launch_counters(x.device, shape, 2 + 2 * S)
+    ctr = scratch(x.device, ("fused", *shape), 2 + 2 * S)
     _moe_fused_kernel[(items,)](
         x, xq, xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, r.inverse, r.weights, p1.words, p1.scales, b1,
         p2.words, p2.scales, b2, act, act.view(torch.int32), y, out, ctr, T, S, H, N1, r.top_k, float(alpha),

@@ -21,6 +21,8 @@ after the wait see those stores. A wait gives up after `SPIN` polls, so that a b
 
 from __future__ import annotations
 
+import torch
+
 from ._triton import INTERP, tl, triton
 
 #: polls before a wait gives up (~0.5 s on an H100: far above any stage's time, short of a hang)
@@ -61,3 +63,17 @@ def wait_count(ctr_ptr, need):
     while (n < need) & (spins < SPIN):
         n = load_acquire(ctr_ptr)
         spins += 1
+
+
+SCRATCH: dict[tuple, torch.Tensor] = {}
+
+
+def scratch(device: torch.device, key: tuple, n: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A zeroed buffer of n elements for one launch shape (key), made on first use and then kept: counters
+    that count on from call to call (moe_fused) or sums that the kernel itself zeroes again after reading them
+    (moe_split), so no call pays a memset. Calls sharing one must run one after the other on one stream."""
+    key = (str(device), n, dtype, *key)
+    c = SCRATCH.get(key)
+    if c is None:
+        c = SCRATCH[key] = torch.zeros(n, dtype=dtype, device=device)
+    return c

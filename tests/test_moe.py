@@ -395,7 +395,7 @@ def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
     duplicate ids leaves positions idle), which is what lets the next call wait for (launch + 1) * share
     without any reset. The interpreter runs programs in ticket order, so this checks the arithmetic and the
     counting, not the waiting (the GPU tests and every benchmark's correctness check do that)."""
-    from kernels import moe_fused
+    from kernels import sync
     from kernels.linear_f16 import x_to_f16
 
     w1, b1, w2, b2 = (w.to(device) for w in layer)
@@ -407,7 +407,7 @@ def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
     h2g = {k: v for k, v in cfg.items() if k != "TILED"} | {"TILED": cfg["TILED"]}
     want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **h2g)
     want_rows = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=False, **h2g).rows
-    moe_fused._COUNTERS.clear()
+    sync.SCRATCH.clear()
     calls = 2
     for _ in range(calls):
         assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_fused", x16=x16, **cfg), want)
@@ -417,7 +417,7 @@ def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
     S = t * TOPK
     tiles1, tiles2 = -(-2 * I // cfg["BLOCK_N"]), -(-H // (cfg["BLOCK_N2"] or cfg["BLOCK_N"]))
     n_x = 0 if x16_given else t
-    counters = sorted(moe_fused._COUNTERS.values(), key=lambda c: -int(c[0]))
+    counters = sorted(sync.SCRATCH.values(), key=lambda c: -int(c[0]))
     assert len(counters) == 2  # combined and uncombined calls count on separate counters
     for c, n, combine in ((counters[0], calls, True), (counters[1], 1, False)):
         items = n_x + S * (tiles1 + tiles2) + (t * -(-H // 1024) if combine else 0)
@@ -462,3 +462,55 @@ def test_moe_fused_many_calls_in_a_row_on_the_gpu():
     for x, r, got, combine in runs:
         want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=combine, **cfg)
         assert torch.equal(got, want if combine else want.rows)
+
+
+def test_moe_split_k_slices_sum_to_moe_h2g_and_leave_the_scratch_clean(device):
+    """moe_split adds each K slice's partial sums atomically (K=288 and K=160 in three and two 128-wide
+    slices, K tails included) and the last slice of a tile runs moe_h2g's epilogue: within rounding of
+    moe_h2g's result, and after each call its sums scratch is back to zeros and every tile's counter a
+    multiple of its slices (what the next call relies on)."""
+    from kernels import sync
+
+    dw, x, r, ref = odd_layer(5, 3, 2, device)
+    cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 32, "BLOCK_K": 128, "num_warps": 2}
+    sync.SCRATCH.clear()
+    want = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
+    for _ in range(2):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_split", **cfg)
+        assert rel_err(y, ref) < TOL
+        assert (y.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    sums = [b for k, b in sync.SCRATCH.items() if b.dtype == torch.float32]
+    counts = [(k, b) for k, b in sync.SCRATCH.items() if b.dtype == torch.int64]
+    assert len(sums) == 2 and all(not b.any() for b in sums)
+    for key, c in counts:  # key: (device, n, dtype, "split", phase, S, N, K, grid..., BLOCK_M, BLOCK_K)
+        splits = key[10]
+        assert c.any() and not (c % splits).any() and int(c.max()) == 2 * splits
+    with pytest.raises(ValueError, match="tile_mxfp4's layout"):  # row-major weights only
+        K.moe_mxfp4(x, r, K.tile_mxfp4(dw[0], deinterleave=True), dw[1], K.tile_mxfp4(dw[2]), dw[3],
+                    variant="moe_split", **cfg)
+
+
+@pytest.mark.gpu
+def test_moe_split_many_calls_in_a_row_on_the_gpu():
+    """On the GPU moe_split's K slices really do race to the counter: 40 calls queued without a sync (1 to 8
+    tokens, 2880-wide layers, three 1024-wide slices per tile) each match moe_h2g to rounding, and the scratch
+    sums are zeros again afterwards."""
+    from kernels import sync
+
+    e, h, i, k = 16, 2880, 2880, 4
+    g = torch.Generator(device="cuda").manual_seed(13)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, device="cuda", generator=g) * 0.05)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, device="cuda", generator=g) * 0.05)
+    b1, b2 = torch.randn(e, 2 * i, device="cuda") * 0.1, torch.randn(e, h, device="cuda") * 0.1
+    runs = []
+    for n in range(40):
+        t = 1 + n % 8
+        cfg = {"BLOCK_M": 1 + (n % 3 == 2), "BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4}
+        x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+        r = K.route(torch.randn(t, e, device="cuda"), k)
+        runs.append((x, r, cfg, K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_split", **cfg)))
+    for x, r, cfg, got in runs:
+        want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg).float()
+        assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max(), cfg
+    torch.cuda.synchronize()
+    assert all(not b.any() for b in sync.SCRATCH.values() if b.dtype == torch.float32)
