@@ -6,7 +6,7 @@ over a 16-row tile's three K tiles, reach 1.65 TB/s, which is moe_h2g's rate (.d
 results/20261123T*-stream-size). Short programs that hold little keep more loads in flight per SM through
 the whole launch, ramp and tail included.
 
-Program (sorted position i, N tile, K split) of each GEMM computes its BLOCK_N rows' products for the
+Program (K split, sorted position i, N tile) of each GEMM computes its BLOCK_N rows' products for the
 BLOCK_M tokens of an expert's chunk (moe._program_rows) over one BLOCK_K slice of K, scaled as moe_h2g does,
 and adds them with fp32 atomics into a scratch [positions, N] (sync.scratch: zeroed once, kept). Then it
 counts itself on the tile's counter (a barrier, one acq_rel atomic: sync's release pattern); the program that
@@ -40,13 +40,19 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
     its routing before the PDL wait, as moe_h2g's does."""
     if PHASE == 1:
         pdl_enter()
-    i = tl.program_id(0)
-    e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    split = tl.program_id(0)  # slices fastest: a row tile's slices are read together, whole rows in turn
+    i = tl.program_id(1)
+    pid_n = tl.program_id(2)
+    if BLOCK_M == 1:  # every position is its own chunk: no offsets to load before the weights' address
+        e = tl.load(ids_ptr + tl.load(sorted_ptr + i))
+        rm = i + tl.arange(0, 1)
+        mmask = rm >= 0
+        active = True
+    else:
+        e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if PHASE == 2:
         pdl_enter()
     if active:
-        pid_n = tl.program_id(1)
-        split = tl.program_id(2)
         G: tl.constexpr = BLOCK_K // 32
         TW: tl.constexpr = BLOCK_K // 8
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -57,7 +63,10 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
         wp, sp = h2g_pointers(w_ptr + e.to(tl.int64) * w_stride_e, s_ptr + e.to(tl.int64) * s_stride_e, rn_c, word,
                               rg, N, K, False)
         k0 = split * TW  # this slice's first word
-        last = tl.load(offs_ptr + e + 1) - 1
+        if BLOCK_M == 1:
+            last = i
+        else:
+            last = tl.load(offs_ptr + e + 1) - 1
         acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
         if k0 + TW <= KW:
             v = tl.load(wp + k0).to(tl.uint32, bitcast=True)
@@ -82,9 +91,9 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
         sums = sum_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.atomic_add(sums, part, mask=amask, sem="relaxed")
         tl.debug_barrier()  # every thread's sums are issued before the count (sync.signal_count's pattern)
-        done = tl.atomic_add(ctr_ptr + i.to(tl.int64) * tl.num_programs(1) + pid_n, 1, sem="acq_rel") + 1
+        done = tl.atomic_add(ctr_ptr + i.to(tl.int64) * tl.num_programs(2) + pid_n, 1, sem="acq_rel") + 1
         tl.debug_barrier()
-        if done % tl.num_programs(2) == 0:  # the tile's last slice: read the sums back, leave zeros
+        if done % tl.num_programs(0) == 0:  # the tile's last slice: read the sums back, leave zeros
             bits = tl.atomic_xchg(sums.to(tl.pointer_type(tl.int32)), tl.zeros_like(part).to(tl.int32), mask=amask,
                                   sem="relaxed")  # as int32 words: the interpreter exchanges no floats
             total = bits.to(tl.float32, bitcast=True)
@@ -95,10 +104,10 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
 def _launch(phase, xq, xs, r, p, b, out, alpha, limit, act_scale, block_n, cfg):
     E, N, K = p.shape
     S = r.sorted.numel()
-    grid = (S, triton.cdiv(N, block_n), triton.cdiv(K, cfg["BLOCK_K"]))
+    grid = (triton.cdiv(K, cfg["BLOCK_K"]), S, triton.cdiv(N, block_n))
     key = ("split", phase, S, N, K, *grid, cfg["BLOCK_M"], cfg["BLOCK_K"])
     sums = scratch(xq.device, key, S * N, torch.float32)
-    ctr = scratch(xq.device, key, S * grid[1])
+    ctr = scratch(xq.device, key, S * grid[2])
     _moe_split_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                             out, sums, ctr, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                             plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,

@@ -482,8 +482,8 @@ def test_moe_split_k_slices_sum_to_moe_h2g_and_leave_the_scratch_clean(device):
     sums = [b for k, b in sync.SCRATCH.items() if b.dtype == torch.float32]
     counts = [(k, b) for k, b in sync.SCRATCH.items() if b.dtype == torch.int64]
     assert len(sums) == 2 and all(not b.any() for b in sums)
-    for key, c in counts:  # key: (device, n, dtype, "split", phase, S, N, K, grid..., BLOCK_M, BLOCK_K)
-        splits = key[10]
+    for key, c in counts:  # key: (device, n, dtype, "split", phase, S, N, K, grid (splits first), BLOCK_M, BLOCK_K)
+        splits = key[8]
         assert c.any() and not (c % splits).any() and int(c.max()) == 2 * splits
     with pytest.raises(ValueError, match="tile_mxfp4's layout"):  # row-major weights only
         K.moe_mxfp4(x, r, K.tile_mxfp4(dw[0], deinterleave=True), dw[1], K.tile_mxfp4(dw[2]), dw[3],
