@@ -3,8 +3,11 @@
 Why: the read rate a launch reaches depends on how long its programs live. Over one token's mlp1 weights of
 gpt-oss-120b (35 MB), one program per 8 KB block reads at 2.6 TB/s, while gemv_h2g's programs, each looping
 over a 16-row tile's three K tiles, reach 1.65 TB/s, which is moe_h2g's rate (.device/stream_size.py,
-results/20261123T*-stream-size). Short programs that hold little keep more loads in flight per SM through
-the whole launch, ramp and tail included.
+results/20261123T162422-h100-80gb-hbm3-stream-size). The idea: short programs that hold little keep more loads
+in flight per SM through the whole launch, ramp and tail included. Measured, it is slower than moe_h2g (40.1
+against 35.7 us at one token, results/20261123T165415-h100-80gb-hbm3-moe-split): its mlp1 reads at 1.60 TB/s
+with the schedulers half busy issuing the h2g arithmetic (results/20261123T165700-h100-80gb-hbm3-ncu-stalls-
+moe-split), so the per-byte work, not the programs' length, holds these kernels below the read rate.
 
 Program (K split, sorted position i, N tile) of each GEMM computes its BLOCK_N rows' products for the
 BLOCK_M tokens of an expert's chunk (moe._program_rows) over one BLOCK_K slice of K, scaled as moe_h2g does,
