@@ -9,6 +9,8 @@ L2 per replay), median per call. Schedules (each program xors what it reads and 
 - gemv_h2g: the lab's M = 1 GEMV (the lm_head's best config) on a dense [rows, 2880] MXFP4 weight, one program
   per 16-row tile or (PERSIST=P) P programs per SM striding over the tiles, row-major or TILED (each tile's
   16 rows one contiguous run);
+- flat_h2g: one program per 8 KB block (a [16 rows, 128 words] tile and its scale bytes), with gemv_h2g's
+  arithmetic on it (h2g_step against x16) or none: what the arithmetic costs a launch of short programs;
 - pair: mlp1's then mlp2's bytes as two strided launches in a row (the two weight launches of moe_h2g), against
   one strided launch over both (what a single launch could get).
 
@@ -21,6 +23,7 @@ import triton
 import triton.language as tl
 
 import kernels as K
+from kernels.linear_f16 import h2g_step
 from labkit.bench import time_calls
 from labkit.runs import probe_run
 
@@ -46,6 +49,27 @@ def _stride(w_ptr, out_ptr, NB, B: tl.constexpr):
     for blk in range(pid, NB, tl.num_programs(0)):
         acc ^= tl.load(w_ptr + blk.to(tl.int64) * B + o)
     tl.store(out_ptr + pid * B + o, acc)
+
+
+@triton.jit
+def _flat_h2g(w_ptr, s_ptr, xq_ptr, out_ptr, PLANE, SLICES, ROWS: tl.constexpr, TW: tl.constexpr, X: tl.constexpr):
+    """One program per 8 KB block read as a [ROWS, TW]-word tile with its scale bytes, and gemv_h2g's arithmetic
+    on it (h2g_step) against the x16 words of K slice pid % SLICES (X), or no arithmetic (an xor of the words
+    and scales). Stores ROWS 4-byte results."""
+    pid = tl.program_id(0)
+    G: tl.constexpr = TW // 4
+    word = tl.arange(0, TW)[None, :] + 0 * tl.arange(0, ROWS)[:, None]
+    rg = tl.arange(0, G)
+    base = pid.to(tl.int64) * ROWS
+    v = tl.load(w_ptr + (base + tl.arange(0, ROWS))[:, None] * TW + word).to(tl.uint32, bitcast=True)
+    sc = tl.load(s_ptr + (base + tl.arange(0, ROWS))[:, None] * G + rg[None, :])
+    if X:
+        acc = h2g_step(tl.zeros((ROWS, G, 1), tl.float32), v, sc, xq_ptr + (pid % SLICES) * TW + word, word, 0, PLANE,
+                       G, False)
+        tot = tl.sum(tl.sum(acc, axis=2), axis=1)
+    else:
+        tot = (tl.xor_sum(v, axis=1) ^ tl.xor_sum(sc.to(tl.uint32), axis=1)).to(tl.float32, bitcast=True)
+    tl.store(out_ptr + pid * ROWS + tl.arange(0, ROWS), tot)
 
 
 def copies_for(nbytes):
@@ -86,6 +110,20 @@ def main():
             rec("gemv_h2g", size, f"P={persist}{' TILED' if tiled else ''}", n_rows * ROW,
                 [lambda w=w, x=x, c=c: K.mxfp4_linear(x, w, variant="gemv_h2g", **c) for w in ws])
         del ws
+    x16, _ = K.linear_f16.x_to_f16(torch.randn(1, 2880, device="cuda").to(torch.bfloat16), planes=True)
+    plane = K.linear_f16.plane_words(2880)
+    for size in ("mlp1 T=1", "mlp1 T=4", "lm_head"):  # one 8 KB block per program, with gemv_h2g's arithmetic
+        n_rows = SIZES[size]
+        blocks = n_rows * 2880 // 8 // 2048  # [16 rows x 128 words] tiles
+        bufs = [(torch.randint(-2**31, 2**31 - 1, (blocks * 2048,), device="cuda", dtype=torch.int32),
+                 torch.randint(110, 140, (blocks * 16 * 32,), device="cuda", dtype=torch.uint8))
+                for _ in range(copies_for(blocks * 2048 * 4))]
+        for x in (False, True):
+            rec("flat_h2g", size, "x16" if x else "no x", blocks * (8192 + 512),
+                [lambda w=w, sc=sc, x=x, n=blocks: _flat_h2g[(n,)](w, sc, x16.view(torch.int32), out, plane, 2,
+                                                                    ROWS=16, TW=128, X=x, num_warps=4)
+                 for w, sc in bufs])
+        del bufs
     for t in (1, 4):  # moe_h2g's two weight launches as two flat launches, against one launch over both
         w1 = 4 * t * 5760 * ROW // 4 // 2048 * 2048
         w2 = 4 * t * 2880 * ROW // 4 // 2048 * 2048
