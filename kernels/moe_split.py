@@ -31,7 +31,7 @@ from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK
 from .linear_f16 import h2g_pointers, h2g_step, plane_words, x_to_f16
 from .moe import MoESlots, _epilogue, _h2g_source, _program_rows, _source_rows, act16_scale
-from .sync import scratch
+from .sync import add_partial, scratch
 from .variants import Variant, register, rule_block_k_multiple_of_32, rule_h2g_words, rule_pow2, rule_scale_window
 
 
@@ -92,14 +92,9 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
         part = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
         amask = mmask[:, None] & (rn < N)[None, :]
         sums = sum_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :]
-        tl.atomic_add(sums, part, mask=amask, sem="relaxed")
-        tl.debug_barrier()  # every thread's sums are issued before the count (sync.signal_count's pattern)
-        done = tl.atomic_add(ctr_ptr + i.to(tl.int64) * tl.num_programs(2) + pid_n, 1, sem="acq_rel") + 1
-        tl.debug_barrier()
-        if done % tl.num_programs(0) == 0:  # the tile's last slice: read the sums back, leave zeros
-            bits = tl.atomic_xchg(sums.to(tl.pointer_type(tl.int32)), tl.zeros_like(part).to(tl.int32), mask=amask,
-                                  sem="relaxed")  # as int32 words: the interpreter exchanges no floats
-            total = bits.to(tl.float32, bitcast=True)
+        last, total = add_partial(sums, part, amask, ctr_ptr + i.to(tl.int64) * tl.num_programs(2) + pid_n,
+                                  tl.num_programs(0))
+        if last:  # the tile's last slice: the complete sums, the scratch left zeroed
             _epilogue(total, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE,
                       BLOCK_N, PHASE == 1, act_scale, OUT_PLANE)
 

@@ -65,6 +65,23 @@ def wait_count(ctr_ptr, need):
         spins += 1
 
 
+@triton.jit
+def add_partial(sum_ptrs, part, mask, ctr_ptr, slices):
+    """Split-K: add this K slice's fp32 partial sums `part` into sum_ptrs (relaxed atomics), then count the
+    slice on ctr_ptr (a barrier, one acq_rel atomic: signal_count's pattern, never reset). Returns (last,
+    total): whether this program completed the count (a multiple of `slices`) and, if so, the complete sums,
+    read back while leaving zeros (an atomic exchange of the int32 words: the interpreter exchanges no
+    floats), so the scratch is clean for the next call."""
+    tl.atomic_add(sum_ptrs, part, mask=mask, sem="relaxed")
+    tl.debug_barrier()
+    done = tl.atomic_add(ctr_ptr, 1, sem="acq_rel") + 1
+    tl.debug_barrier()
+    last = done % slices == 0
+    bits = tl.atomic_xchg(sum_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros_like(part).to(tl.int32),
+                          mask=tl.where(last, mask, False), sem="relaxed")
+    return last, bits.to(tl.float32, bitcast=True)
+
+
 SCRATCH: dict[tuple, torch.Tensor] = {}
 
 
