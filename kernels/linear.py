@@ -377,26 +377,18 @@ register(Variant(
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
 ))
 
-def _rule_h2g_split(cfg, problem):
-    """SPLIT programs load one row-major K tile each: no K loop to pipeline, prefetch or share, no tiled copy."""
-    if cfg.get("SPLIT") and (cfg["PREFETCH"] or cfg["num_stages"] > 1 or cfg["PERSIST"] or cfg["TILED"]):
-        return "SPLIT (one K tile per program) excludes PREFETCH, num_stages > 1, PERSIST and TILED"
-    return None
-
-
 register(Variant(
     name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024),
            "PREFETCH": (False, True), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
-           "PERSIST": (0, 2, 4, 8), "SPLIT": (False, True)},
+           "PERSIST": (0, 2, 4, 8)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "PREFETCH": False, "num_warps": 4, "num_stages": 1,
-              "TILED": False, "PERSIST": 0, "SPLIT": False},
+              "TILED": False, "PERSIST": 0},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_h2g_split),
+           rule_tiled_k),
     description="gemv_h2 with x read plane-major in the weights' own layout and half2 sums per MXFP4 block; "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; TILED: reads "
-                "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile); "
-                "SPLIT: one K tile per program, fp32 atomic partial sums (the tile's last slice stores)",
+                "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile)",
 ))
 
 

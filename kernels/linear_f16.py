@@ -25,7 +25,6 @@ import torch
 
 from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, half_lo, interleave8, tc_dot
-from .sync import add_partial
 
 
 @triton.jit
@@ -330,6 +329,16 @@ def h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW: tl.constexpr, G: tl
 
 
 @triton.jit
+def h2g_tail_loads(wp, sp, word, rg, t, K, TW: tl.constexpr, G: tl.constexpr):
+    """K tile t's weight words (at wp) and scale bytes (at sp) where the tile runs past K: (the word mask
+    h2g_step then puts on x, the words, the scales), words and blocks past K loaded as 0."""
+    wm = t * TW + word < K // 8
+    v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
+    s = tl.load(sp, mask=(t * G + rg < K // 32)[None, :], other=0)
+    return wm, v, s
+
+
+@triton.jit
 def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT: tl.constexpr = False):
     """Word pointers [rows, TW] and scale pointers [rows, G] of the first K tile of rows rn_c, in the row-major
     layout or in tile_mxfp4's (TILED: 16-row groups of 128-K chunks, 16 words and 4 scale bytes per row and
@@ -377,7 +386,6 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
                    PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr):
     """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
     pid_m = tl.program_id(1)
-    KW = K // 8
     KB = K // 32
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
@@ -405,9 +413,7 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         sp += SSTEP
         xp += TW
     if full * G < KB:
-        wm = full * TW + word < KW
-        v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
-        s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
+        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), wm, i, PLANE, G,
                            True)
@@ -418,53 +424,6 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         out += tl.load(b_ptr + rn_c).to(tl.float32)[:, None]
     tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(tl.bfloat16),
              mask=(rm < M)[None, :] & (rn < N)[:, None])
-
-
-@triton.jit
-def _gemv_h2g_split_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, sum_ptr, ctr_ptr, M, N, K, stride_ym, PLANE,
-                           HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr):
-    """gemv_h2g SPLIT: program (K slice, row tile, token tile) does one K tile of the row tile's products
-    (one load per program, as a launch of short programs streams faster: results/20261123T165831-h100-80gb-
-    hbm3-stream-size), adds them to an fp32 scratch and the tile's last slice stores y (sync.add_partial)."""
-    pdl_enter()
-    split = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_m = tl.program_id(2)
-    KW = K // 8
-    G: tl.constexpr = BLOCK_K // 32
-    TW: tl.constexpr = BLOCK_K // 8
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rn_c = tl.minimum(rn, N - 1)
-    rg = tl.arange(0, G)
-    word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
-    wp, sp = h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, False)
-    k0 = split * TW
-    xp = xq_ptr + pid_m * BLOCK_M * (4 * PLANE) + k0 + word
-    acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
-    if k0 + TW <= KW:
-        v = tl.load(wp + k0).to(tl.uint32, bitcast=True)
-        s = tl.load(sp + split * G)
-        for i in tl.static_range(BLOCK_M):
-            acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
-                           False)
-    else:  # the K tail
-        wm = k0 + word < KW
-        v = tl.load(wp + k0, mask=wm, other=0).to(tl.uint32, bitcast=True)
-        s = tl.load(sp + split * G, mask=(split * G + rg < K // 32)[None, :], other=0)
-        for i in tl.static_range(BLOCK_M):
-            acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), wm, i, PLANE, G,
-                           True)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    xs = tl.load(xs_ptr + tl.minimum(rm, M - 1))
-    part = tl.sum(acc, axis=1) * (xs * (F16_TRICK * 0.5))[None, :]  # [BLOCK_N, BLOCK_M]
-    mask = (rm < M)[None, :] & (rn < N)[:, None]
-    last, out = add_partial(sum_ptr + rm.to(tl.int64)[None, :] * N + rn[:, None], part, mask,
-                            ctr_ptr + pid_m.to(tl.int64) * tl.num_programs(1) + pid_n, tl.num_programs(0))
-    if last:
-        if HAS_BIAS:
-            out += tl.load(b_ptr + rn_c).to(tl.float32)[:, None]
-        tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit(do_not_specialize=["SMAX"])
@@ -531,12 +490,9 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0, SPLIT=False):
-    """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
-    SPLIT: one program per (K tile, row tile, token tile), partial sums added in an fp32 scratch
-    (_gemv_h2g_split_kernel; sums in arrival order, so not bit-reproducible from call to call)."""
+                 TILED=False, PERSIST=0):
+    """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile."""
     from .prepare import tile_mxfp4
-    from .sync import scratch
 
     M, K = x.shape
     N = p.N
@@ -545,15 +501,6 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     xq, xs = x_to_f16(x, planes=True)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     tiles = triton.cdiv(N, BLOCK_N)
-    if SPLIT:
-        grid = (triton.cdiv(K, BLOCK_K), tiles, triton.cdiv(M, BLOCK_M))
-        key = ("gemv_h2g_split", M, N, K, *grid)
-        sums, counts = scratch(x.device, key, M * N, torch.float32), scratch(x.device, key, tiles * grid[2])
-        _gemv_h2g_split_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
-                                     sums, counts,
-                                     M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
-                                     BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, **pdl_launch())
-        return y
     grid = (min(tiles, PERSIST * sm_count(x.device)) if PERSIST else tiles, triton.cdiv(M, BLOCK_M))
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,

@@ -39,7 +39,16 @@ import torch
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
-from .linear_f16 import h2_tiles, h2g_first_loads, h2g_loads, h2g_pointers, h2g_step, plane_words, x_to_f16
+from .linear_f16 import (
+    h2_tiles,
+    h2g_first_loads,
+    h2g_loads,
+    h2g_pointers,
+    h2g_step,
+    h2g_tail_loads,
+    plane_words,
+    x_to_f16,
+)
 from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .routing import Routing
@@ -244,7 +253,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rn_c = tl.minimum(rn, N - 1)
-    KW = K // 8
     KB = K // 32
     word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
     if STAGES > 1:
@@ -266,21 +274,17 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         if WAIT:
             if t == 0:
                 wait_count(wait_ptr, wait_need)
-        for i in tl.static_range(BLOCK_M):
-            xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-            acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + t * TW + xw, word, i, PLANE, G, False)
+        acc = h2g_tokens(acc, v, s, xq_ptr, t * TW, xw, word, sorted_ptr, start, last, TOPK, PLANE, PHASE, BLOCK_M,
+                         G, False)
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
-        wm = full * TW + word < KW
-        v = tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True)
-        s = tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0)
+        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         if WAIT:
             if full == 0:
                 wait_count(wait_ptr, wait_need)
-        for i in tl.static_range(BLOCK_M):
-            xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-            acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + full * TW + word, wm, i, PLANE, G, True)
+        acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
+                         BLOCK_M, G, True)
     if PHASE == 1:
         xs = tl.load(xs_ptr + src)
     else:
@@ -319,13 +323,23 @@ def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_
             sp += G
             xp += TW
         if full * G < KB:
-            wm = full * TW + word < KW
-            acc = h2g_step(acc, tl.load(wp, mask=wm, other=0).to(tl.uint32, bitcast=True),
-                           tl.load(sp, mask=(full * G + rg < KB)[None, :], other=0), xp, wm, 0, PLANE, G, True)
+            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
+            acc = h2g_step(acc, v, s, xp, wm, 0, PLANE, G, True)
         y = tl.sum(tl.sum(acc, axis=2), axis=1) * (F16_TRICK * 0.5 / act_scale)  # 0.5: h2g_step doubles scales
         y += tl.load(b_ptr + e * N + rn_c).to(tl.float32)
         out += tl.load(gate_ptr + t * TOPK + j) * y
     tl.store(out_ptr + t.to(tl.int64) * N + rn, out.to(tl.bfloat16), mask=rn < N)
+
+
+@triton.jit
+def h2g_tokens(acc, v, s, xq_ptr, k0, xw, xm, sorted_ptr, start, last, TOPK, PLANE, PHASE: tl.constexpr,
+               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr):
+    """h2g_step of one K tile (words v, scales s) for the BLOCK_M sorted positions start.. of a chunk (clamped
+    to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row."""
+    for i in tl.static_range(BLOCK_M):
+        xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+        acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK)
+    return acc
 
 
 @triton.jit

@@ -29,8 +29,8 @@ import torch
 
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import F16_TRICK
-from .linear_f16 import h2g_pointers, h2g_step, plane_words, x_to_f16
-from .moe import MoESlots, _epilogue, _h2g_source, _program_rows, _source_rows, act16_scale
+from .linear_f16 import h2g_pointers, h2g_tail_loads, plane_words, x_to_f16
+from .moe import MoESlots, _epilogue, _program_rows, _source_rows, act16_scale, h2g_tokens
 from .sync import add_partial, scratch
 from .variants import Variant, register, rule_block_k_multiple_of_32, rule_h2g_words, rule_pow2, rule_scale_window
 
@@ -74,16 +74,12 @@ def _moe_split_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_pt
         if k0 + TW <= KW:
             v = tl.load(wp + k0).to(tl.uint32, bitcast=True)
             s = tl.load(sp + split * G)
-            for j in tl.static_range(BLOCK_M):
-                xr = _h2g_source(sorted_ptr, tl.minimum(i + j, last), TOPK, PHASE)
-                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + word, word, j, PLANE, G, False)
+            acc = h2g_tokens(acc, v, s, xq_ptr, k0, word, word, sorted_ptr, i, last, TOPK, PLANE, PHASE, BLOCK_M, G,
+                             False)
         else:  # the K tail
-            wm = k0 + word < KW
-            v = tl.load(wp + k0, mask=wm, other=0).to(tl.uint32, bitcast=True)
-            s = tl.load(sp + split * G, mask=(split * G + rg < K // 32)[None, :], other=0)
-            for j in tl.static_range(BLOCK_M):
-                xr = _h2g_source(sorted_ptr, tl.minimum(i + j, last), TOPK, PHASE)
-                acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + word, wm, j, PLANE, G, True)
+            wm, v, s = h2g_tail_loads(wp + k0, sp + split * G, word, rg, split, K, TW, G)
+            acc = h2g_tokens(acc, v, s, xq_ptr, k0, word, wm, sorted_ptr, i, last, TOPK, PLANE, PHASE, BLOCK_M, G,
+                             True)
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
         if PHASE == 1:
             xs = tl.load(xs_ptr + src)

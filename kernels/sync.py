@@ -1,4 +1,5 @@
-"""Device-side counters that let one launch run stages that depend on each other (moe_fused).
+"""Device-side counters: stages of one launch that depend on each other (moe_fused), and split-K sums whose
+last K slice finishes the tile (add_partial, moe_split), with the zeroed scratch both keep between calls.
 
 A program that finishes a piece of a stage adds 1 to that piece's counter (`signal_count`); a program of a
 later stage that needs it polls the counter until it reaches the count it needs (`wait_count`). This is

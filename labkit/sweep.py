@@ -142,7 +142,7 @@ def _extras(spec: dict, problem: dict, lead: list, have: set) -> list[tuple[str,
             continue
         full = {**v.defaults, **cfg}
         changed = {**full, **{k: val for k, val in also.items() if k in v.space}}
-        for c in (full, changed) if changed != full else (full,):
+        for c in (full, changed):  # a change that changes nothing is dropped as a repeat below
             if v.reason(c, problem) is None:
                 out.append((name, c))
     out += auto_picks(spec, problem)

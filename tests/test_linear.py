@@ -95,26 +95,6 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
             assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg))
 
 
-def test_gemv_h2g_split_matches_the_k_loop_and_leaves_the_scratch_clean(device):
-    """SPLIT runs gemv_h2g's arithmetic one K tile per program (K=160 and 288 in 3 and 5 slices of 64, K tails
-    included) and sums the slices with fp32 atomics: within rounding of the K loop's result, and the scratch
-    sums are zeros again after each call (the next call adds into them)."""
-    from kernels import sync
-
-    for m, n, k in SHAPES[::2]:
-        x, w, b, ref = make(m, n, k, seed=m + 2 * n, dev=device)
-        for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 2},
-                    {"BLOCK_M": 4, "BLOCK_N": 8, "BLOCK_K": 128, "num_warps": 1}):
-            want = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **cfg).float()
-            for _ in range(2):
-                y = K.mxfp4_linear(x, w, b, variant="gemv_h2g", SPLIT=True, **cfg)
-                assert rel_err(y, ref) < tol("gemv_h2g")
-                assert (y.float() - want).abs().max() <= 1e-2 * want.abs().max()
-    assert all(not v.any() for key, v in sync.SCRATCH.items() if key[3] == "gemv_h2g_split" and v.is_floating_point())
-    assert "SPLIT" in LINEAR["gemv_h2g"].reason({**LINEAR["gemv_h2g"].defaults, "SPLIT": True, "PREFETCH": True},
-                                                {"m": 1, "n": 256, "k": 512})
-
-
 def test_tile_layout_places_each_row_chunk(device):
     """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
     2i + 1 land at group rows i and half + i; the tiled copy is cached, is its own tiling (a weight already
@@ -303,24 +283,6 @@ def test_variants_under_cuda_graph_capture(name):
     torch.cuda.synchronize()
     ref2 = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).cuda()
     assert rel_err(y, ref2) < tol(name)
-
-
-@pytest.mark.gpu
-def test_gemv_h2g_split_many_calls_in_a_row_on_the_gpu():
-    """SPLIT's K slices race to each tile's counter on the GPU: 30 calls queued without a sync (1 to 4 tokens,
-    K = 2880 in three slices) each match the K loop to rounding, and the scratch sums end as zeros."""
-    from kernels import sync
-
-    runs = []
-    for n in range(30):
-        x, w, b, ref = make(1 + n % 4, 4096, 2880, seed=n, dev="cuda")
-        cfg = {"BLOCK_M": 1 + n % 2, "BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4}
-        runs.append((x, w, b, cfg, K.mxfp4_linear(x, w, b, variant="gemv_h2g", SPLIT=True, **cfg)))
-    for x, w, b, cfg, got in runs:
-        want = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **cfg).float()
-        assert (got.float() - want).abs().max() <= 1e-2 * want.abs().max(), cfg
-    torch.cuda.synchronize()
-    assert all(not v.any() for key, v in sync.SCRATCH.items() if key[3] == "gemv_h2g_split" and v.is_floating_point())
 
 
 @pytest.mark.gpu
