@@ -33,7 +33,7 @@ from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
 from .linear_mma import run_gemv_mma, wgmma_reason
-from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
+from .prepare import PreparedMXFP4, check_unshuffled, prepare_mxfp4, tile_mxfp4
 from .variants import (
     Variant,
     get_variant,
@@ -381,14 +381,15 @@ register(Variant(
     name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024),
            "PREFETCH": (False, True), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
-           "PERSIST": (0, 2, 4, 8)},
+           "PERSIST": (0, 2, 4, 8), "NIB": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "PREFETCH": False, "num_warps": 4, "num_stages": 1,
-              "TILED": False, "PERSIST": 0},
+              "TILED": False, "PERSIST": 0, "NIB": False},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k),
     description="gemv_h2 with x read plane-major in the weights' own layout and half2 sums per MXFP4 block; "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; TILED: reads "
-                "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile)",
+                "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile); NIB: "
+                "reads shuffle_nibbles' copy (decode in 9 instructions per word instead of 15)",
 ))
 
 
@@ -523,6 +524,7 @@ def mxfp4_linear(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, varian
         config = {**picked, **config}
     v = get_variant(variant, "linear")
     cfg = v.check(config, problem)
+    check_unshuffled(p, cfg)
     return v.fn(x, p, bias, **cfg)
 
 

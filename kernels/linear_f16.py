@@ -24,7 +24,19 @@ import math
 import torch
 
 from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
-from .decode import F16_TRICK, e2m1_pairs, e8m0_times_2, grouped_tile, half_hi, half_lo, interleave8, tc_dot
+from .decode import (
+    F16_TRICK,
+    NIB_DOWN_H2,
+    e2m1_pairs,
+    e8m0_times_2,
+    grouped_tile,
+    half_hi,
+    half_lo,
+    interleave8,
+    nib_pairs,
+    pack_h2,
+    tc_dot,
+)
 
 
 @triton.jit
@@ -135,18 +147,10 @@ def plane_words(K: int) -> int:
 
 
 @triton.jit
-def _pack_h2(lo, hi):
-    """Two float32 tensors -> uint32 fp16x2 words (each rounded to fp16)."""
-    lo16 = lo.to(tl.float16).to(tl.uint16, bitcast=True).to(tl.uint32)
-    hi16 = hi.to(tl.float16).to(tl.uint16, bitcast=True).to(tl.uint32)
-    return lo16 | (hi16 << 16)
-
-
-@triton.jit
 def hfma2(a, b, c):
     """Packed half2 a * b + c on uint32 fp16x2 words."""
     if INTERP:
-        return _pack_h2(half_lo(a) * half_lo(b) + half_lo(c), half_hi(a) * half_hi(b) + half_hi(c))
+        return pack_h2(half_lo(a) * half_lo(b) + half_lo(c), half_hi(a) * half_hi(b) + half_hi(c))
     else:
         return tl.inline_asm_elementwise("fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
                                          dtype=tl.uint32, is_pure=True, pack=1)
@@ -156,7 +160,7 @@ def hfma2(a, b, c):
 def hmul2(a, b):
     """Packed half2 a * b on uint32 fp16x2 words."""
     if INTERP:
-        return _pack_h2(half_lo(a) * half_lo(b), half_hi(a) * half_hi(b))
+        return pack_h2(half_lo(a) * half_lo(b), half_hi(a) * half_hi(b))
     else:
         return tl.inline_asm_elementwise("mul.rn.f16x2 $0, $1, $2;", "=r,r,r", [a, b],
                                          dtype=tl.uint32, is_pure=True, pack=1)
@@ -263,35 +267,68 @@ def _gemv_h2_kernel(xw_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_
 def hadd2(a, b):
     """Packed half2 a + b on uint32 fp16x2 words."""
     if INTERP:
-        return _pack_h2(half_lo(a) + half_lo(b), half_hi(a) + half_hi(b))
+        return pack_h2(half_lo(a) + half_lo(b), half_hi(a) + half_hi(b))
     else:
         return tl.inline_asm_elementwise("add.rn.f16x2 $0, $1, $2;", "=r,r,r", [a, b],
                                          dtype=tl.uint32, is_pure=True, pack=1)
 
 
 @triton.jit
-def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr):
+def block_words(t):
+    """[R, 4 G] -> the four [R, G] tensors of words 4g, 4g + 1, 4g + 2, 4g + 3 (the words of each MXFP4 block,
+    held by one thread, so the split moves no data)."""
+    e, o = tl.split(tl.reshape(t, (t.shape[0], t.shape[1] // 4, 2, 2)))
+    w0, w2 = tl.split(e)
+    w1, w3 = tl.split(o)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def block_dot2(p, xp, q, xq):
+    """Per MXFP4 block, the half2 sum of p * xp + q * xq over its 4 words: [R, 4 G] words -> [R, G], one chain of
+    8 packed FMAs (no separate adds)."""
+    p0, p1, p2, p3 = block_words(p)
+    x0, x1, x2, x3 = block_words(xp)
+    q0, q1, q2, q3 = block_words(q)
+    y0, y1, y2, y3 = block_words(xq)
+    h = hfma2(q0, y0, hmul2(p0, x0))
+    h = hfma2(q1, y1, hfma2(p1, x1, h))
+    h = hfma2(q2, y2, hfma2(p2, x2, h))
+    return hfma2(q3, y3, hfma2(p3, x3, h))
+
+
+@triton.jit
+def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """One K tile of token i: weight words v [R, 4 G] and their block scale bytes s [R, G] times the token's
     plane-major x16 words at xp (plane 0), 4 packed half2 FMAs per word; the 32 products of an MXFP4 block
-    are summed in half2, then one fp32 conversion and scale multiply per block into acc[:, :, i]."""
-    a, b, c, d = e2m1_pairs(v)
+    are summed in half2, then one fp32 conversion and scale multiply per block into acc[:, :, i].
+    NIB: v is in shuffle_nibbles' layout (nib_pairs); pairs B, D (2^8 larger) are summed in their own chain
+    and scaled down by one FMA per block."""
     if MASK:  # the K tail: words past K are masked in x too (garbage times a zero weight could be NaN)
-        xa = tl.load(xp, mask=xm, other=0)
-        xb = tl.load(xp + PLANE, mask=xm, other=0)
-        xc = tl.load(xp + 2 * PLANE, mask=xm, other=0)
-        xd = tl.load(xp + 3 * PLANE, mask=xm, other=0)
+        xa = tl.load(xp, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xb = tl.load(xp + PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xc = tl.load(xp + 2 * PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xd = tl.load(xp + 3 * PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
     else:
-        xa = tl.load(xp)
-        xb = tl.load(xp + PLANE)
-        xc = tl.load(xp + 2 * PLANE)
-        xd = tl.load(xp + 3 * PLANE)
-    h = hmul2(a, xa.to(tl.uint32, bitcast=True))
-    h = hfma2(b, xb.to(tl.uint32, bitcast=True), h)
-    h = hfma2(c, xc.to(tl.uint32, bitcast=True), h)
-    h = hfma2(d, xd.to(tl.uint32, bitcast=True), h)
-    h0, h1 = tl.split(tl.reshape(h, (h.shape[0], G, 2, 2)))  # the 4 words of a block sit in one thread
-    h0, h1 = tl.split(hadd2(h0, h1))
-    h = hadd2(h0, h1)
+        xa = tl.load(xp).to(tl.uint32, bitcast=True)
+        xb = tl.load(xp + PLANE).to(tl.uint32, bitcast=True)
+        xc = tl.load(xp + 2 * PLANE).to(tl.uint32, bitcast=True)
+        xd = tl.load(xp + 3 * PLANE).to(tl.uint32, bitcast=True)
+    if NIB:  # (x rows of a pipelined loop are [4 G], shared by the tile's rows)
+        z = 0 * v
+        xa, xb, xc, xd = xa + z, xb + z, xc + z, xd + z
+        a, b, c, d = nib_pairs(v)
+        down = tl.full((v.shape[0], G), NIB_DOWN_H2, tl.uint32)
+        h = hfma2(block_dot2(b, xb, d, xd), down, block_dot2(a, xa, c, xc))
+    else:
+        a, b, c, d = e2m1_pairs(v)
+        h = hmul2(a, xa)
+        h = hfma2(b, xb, h)
+        h = hfma2(c, xc, h)
+        h = hfma2(d, xd, h)
+        h0, h1 = tl.split(tl.reshape(h, (h.shape[0], G, 2, 2)))  # the 4 words of a block sit in one thread
+        h0, h1 = tl.split(hadd2(h0, h1))
+        h = hadd2(h0, h1)
     part = (half_lo(h) + half_hi(h)) * e8m0_times_2(s)
     tok = tl.arange(0, acc.shape[2])[None, None, :]
     return acc + tl.where(tok == i, part[:, :, None], 0.0)
@@ -361,7 +398,7 @@ def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT:
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False,
-                     PERSIST: tl.constexpr = False):
+                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
@@ -369,21 +406,22 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     holds it once, not BLOCK_N times. Rows past N and tokens past M are clamped (computed, never stored);
     only the K tail is masked. PERSIST: a grid of a few programs per SM, each striding over the row tiles
     (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch
-    (measured slower on the lm_head: the loop needs 128 registers, results/20261123T142356-...-linear-persist)."""
+    (measured slower on the lm_head: the loop needs 128 registers, results/20261123T142356-...-linear-persist).
+    NIB: words in shuffle_nibbles' layout, decoded by nib_pairs (9 instructions per word instead of 15)."""
     pdl_enter()
     if PERSIST:
         for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
             _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE, HAS_BIAS,
-                           BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED)
+                           BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
     else:
         _gemv_h2g_tile(tl.program_id(0), xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
-                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED)
+                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
 
 
 @triton.jit
 def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr):
+                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr):
     """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
     pid_m = tl.program_id(1)
     KB = K // 32
@@ -408,7 +446,7 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), word, i, PLANE, G,
-                           False)
+                           False, NIB)
         wp += WSTEP
         sp += SSTEP
         xp += TW
@@ -416,7 +454,7 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), wm, i, PLANE, G,
-                           True)
+                           True, NIB)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     xs = tl.load(xs_ptr + tl.minimum(rm, M - 1))
     out = tl.sum(acc, axis=1) * (xs * (F16_TRICK * 0.5))[None, :]  # [BLOCK_N, BLOCK_M]; 0.5 undoes e8m0_times_2
@@ -490,14 +528,17 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0):
-    """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile."""
-    from .prepare import tile_mxfp4
+                 TILED=False, PERSIST=0, NIB=False):
+    """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
+    NIB: reads shuffle_nibbles' copy of the words (made once and cached)."""
+    from .prepare import shuffle_nibbles, tile_mxfp4
 
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
+    if NIB:
+        p = shuffle_nibbles(p)
     xq, xs = x_to_f16(x, planes=True)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     tiles = triton.cdiv(N, BLOCK_N)
@@ -505,7 +546,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           PERSIST=PERSIST > 0, num_warps=num_warps, **pdl_launch())
+                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch())
     return y
 
 

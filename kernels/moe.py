@@ -50,7 +50,7 @@ from .linear_f16 import (
     x_to_f16,
 )
 from .linear_mma import decode_f16_word_major
-from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
+from .prepare import PreparedMXFP4, check_unshuffled, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
 from .routing import Routing
 from .sync import wait_count
 from .variants import (
@@ -219,10 +219,12 @@ def _moe_h2_kernel(x16_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
 def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
-                    TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False):
-    """moe_h2 with gemv_h2g's K loop (h2g_step): input rows are plane-major x16 words with PLANE words per
-    plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue (mlp2, OUT_PLANE of mlp1). STAGES > 1
-    pipelines the K loop through shared memory as in gemv_h2g (x rows then broadcast over the tile's rows).
+                    TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+                    NIB: tl.constexpr = False):
+    """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: shuffle_nibbles' words, as gemv_h2g): input rows are
+    plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
+    (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
+    broadcast over the tile's rows).
     mlp2 (PHASE 2) reads its routing before the PDL wait, overlapping that chain of dependent loads with
     mlp1's tail: route wrote it two launches back and had finished before mlp1 let mlp2 start. mlp1 waits
     first: with x16 from router_logits it directly follows route."""
@@ -234,7 +236,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if active:
         h2g_tile(e, tl.program_id(0), rm, mmask, tl.program_id(1), xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr,
                  s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
-                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH)
+                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
 
 
 @triton.jit
@@ -242,7 +244,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
-             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False):
+             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
@@ -275,7 +277,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
             if t == 0:
                 wait_count(wait_ptr, wait_need)
         acc = h2g_tokens(acc, v, s, xq_ptr, t * TW, xw, word, sorted_ptr, start, last, TOPK, PLANE, PHASE, BLOCK_M,
-                         G, False)
+                         G, False, NIB)
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
@@ -284,7 +286,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
             if full == 0:
                 wait_count(wait_ptr, wait_need)
         acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
-                         BLOCK_M, G, True)
+                         BLOCK_M, G, True, NIB)
     if PHASE == 1:
         xs = tl.load(xs_ptr + src)
     else:
@@ -296,7 +298,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
 
 @triton.jit
 def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
-                            act_scale, PLANE, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                            act_scale, PLANE, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NIB: tl.constexpr = False):
     """mlp2 of moe_h2g with the combine fused (COMBINE=True): program (token t, N tile) runs t's k expert
     rows one after the other and stores the gate-weighted sum, so no [T*k, H] buffer and no combine launch.
     Each expert's weight tile is read once per token that chose it (decode: tokens rarely share experts)."""
@@ -318,13 +320,14 @@ def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_
         sp = s_ptr + e * N * KB + rn_c[:, None] * KB + rg[None, :]
         acc = tl.zeros((BLOCK_N, G, 1), tl.float32)
         for _ in range(0, full):
-            acc = h2g_step(acc, tl.load(wp).to(tl.uint32, bitcast=True), tl.load(sp), xp, word, 0, PLANE, G, False)
+            acc = h2g_step(acc, tl.load(wp).to(tl.uint32, bitcast=True), tl.load(sp), xp, word, 0, PLANE, G, False,
+                           NIB)
             wp += TW
             sp += G
             xp += TW
         if full * G < KB:
             wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
-            acc = h2g_step(acc, v, s, xp, wm, 0, PLANE, G, True)
+            acc = h2g_step(acc, v, s, xp, wm, 0, PLANE, G, True, NIB)
         y = tl.sum(tl.sum(acc, axis=2), axis=1) * (F16_TRICK * 0.5 / act_scale)  # 0.5: h2g_step doubles scales
         y += tl.load(b_ptr + e * N + rn_c).to(tl.float32)
         out += tl.load(gate_ptr + t * TOPK + j) * y
@@ -333,12 +336,12 @@ def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_
 
 @triton.jit
 def h2g_tokens(acc, v, s, xq_ptr, k0, xw, xm, sorted_ptr, start, last, TOPK, PLANE, PHASE: tl.constexpr,
-               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr):
+               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """h2g_step of one K tile (words v, scales s) for the BLOCK_M sorted positions start.. of a chunk (clamped
     to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row."""
     for i in tl.static_range(BLOCK_M):
         xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-        acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK)
+        acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK, NIB)
     return acc
 
 
@@ -499,13 +502,20 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
+    p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
-                          PREFETCH=cfg.get("PREFETCH", False), num_warps=cfg["num_warps"], **pdl_launch())
+                          PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
+                          **pdl_launch())
+
+
+def _nibbles(p: PreparedMXFP4, cfg) -> PreparedMXFP4:
+    """shuffle_nibbles' copy of p for a NIB config (made once, cached), else p."""
+    return shuffle_nibbles(p) if cfg.get("NIB") else p
 
 
 def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, tiles):
@@ -561,10 +571,11 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
+            p2 = _nibbles(p2, cfg)
             _moe_h2g_combine_kernel[(T, triton.cdiv(N2, cfg["BLOCK_N"]))](
                 act.view(torch.int32), r.ids, r.inverse, p2.words, p2.scales, b2, r.weights, out, N2, K2, r.top_k,
-                scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                num_stages=1)
+                scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], NIB=p2.shuffled,
+                num_warps=cfg["num_warps"], num_stages=1)
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
@@ -635,16 +646,17 @@ register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
-           "TILED": (False, True), "PREFETCH": (False, True)},
+           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
                 "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
-                "flight while one is used (register double buffer, as gemv_h2g)",
+                "flight while one is used (register double buffer, as gemv_h2g); NIB: reads shuffle_nibbles' copy "
+                "(decode in 9 instructions per word instead of 15)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""
@@ -734,4 +746,6 @@ def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: t
         config = {**picked, **config}
     v = get_variant(variant, "moe")
     cfg = v.check(config, problem)
+    check_unshuffled(p1, cfg)
+    check_unshuffled(p2, cfg)
     return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, combine=combine, **cfg)

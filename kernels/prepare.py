@@ -16,7 +16,10 @@ The layout is chosen once, at load time, and one copy is kept:
 - rows: `prepare_mxfp4(w)` (free for an openai-layout weight). Every variant reads it.
 - tiled: `tile_mxfp4(prepare_mxfp4(w))` (mlp1's w1: `deinterleave=True`), then drop w. Only TILED configs read
   it; `mxfp4_linear` / `moe_mxfp4` given a tiled weight pick from the tiled auto tables.
-Passing a row-major weight to a TILED config still works (the tiled copy is made on first use and cached):
+`shuffle_nibbles` permutes the bits inside each 32-bit word (rows or tiled) for the h2g kernels' NIB option,
+whose decode then costs 9 instructions per word instead of 15 (kernels/decode.py: nib_pairs); scales and
+word order are unchanged.
+Passing a row-major weight to a TILED (or NIB) config still works (the tiled copy is made on first use and cached):
 that is how sweeps measure both layouts from one weight, holding both copies.
 """
 
@@ -42,6 +45,7 @@ class PreparedMXFP4:
     scales: uint8 [..., N, K/32]; scale_min/scale_max: the extreme scale bytes (host ints).
     tiled: words and scales are tile_mxfp4's chunk-major layout (blocks then views the same bytes);
     deinterleaved: tiled with mlp1's gate rows first, then its linear rows (tile_mxfp4(deinterleave=True)).
+    shuffled: each word's bits are in shuffle_nibbles' order (blocks then views those bytes).
     """
 
     blocks: torch.Tensor
@@ -52,6 +56,7 @@ class PreparedMXFP4:
     scale_max: int
     tiled: bool = False
     deinterleaved: bool = False
+    shuffled: bool = False
 
     @property
     def N(self) -> int:
@@ -102,6 +107,8 @@ def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
     cached = getattr(p, attr, None)
     if cached is not None:
         return cached
+    if p.shuffled:
+        raise ValueError("p is shuffled (shuffle_nibbles): tile the unshuffled weight, then shuffle the tiles")
     if p.tiled:
         if p.deinterleaved == deinterleave:
             return p
@@ -126,4 +133,47 @@ def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
     q = PreparedMXFP4(words.view(torch.uint8), words, tiles(p.scales, TILE_K // 32), p.shape, p.scale_min,
                       p.scale_max, tiled=True, deinterleaved=deinterleave)
     object.__setattr__(p, attr, q)
+    return q
+
+
+def shuffle_words(words: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """int32 words of 8 E2M1 codes (openai order: code e at bits 4e..4e+3) -> the same codes with bit b of
+    code e moved to bit NIB_BITS[e][b] (kernels/decode.py), or back with inverse=True."""
+    from .decode import NIB_BITS
+
+    v = words.to(torch.int64) & 0xFFFFFFFF
+    out = torch.zeros_like(v)
+    for e, bits in enumerate(NIB_BITS):
+        for b, pos in enumerate(bits):
+            src, dst = (pos, 4 * e + b) if inverse else (4 * e + b, pos)
+            out |= ((v >> src) & 1) << dst
+    return torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
+
+
+def check_unshuffled(p: PreparedMXFP4, cfg: dict) -> None:
+    """A weight held in shuffle_nibbles' layout is read only by NIB configs (any other would decode garbage)."""
+    if p.shuffled and not cfg.get("NIB"):
+        raise ValueError("w is in shuffle_nibbles' layout: only NIB=True configs (gemv_h2g, moe_h2g) read it")
+
+
+def shuffle_nibbles(p) -> PreparedMXFP4:
+    """p with every word's bits in shuffle_nibbles' order (cached on p), for the h2g kernels' NIB option:
+    a copy of the words (rows or tiled, as p is), scales shared. Made once, like tile_mxfp4; on the GPU the
+    lm_head's 290 MB of words take one pass of elementwise torch ops per bit (32 passes)."""
+    if not isinstance(p, PreparedMXFP4):
+        p = prepare_mxfp4(p)
+    if p.shuffled:
+        return p
+    cached = getattr(p, "_shuffled", None)
+    if cached is not None:
+        return cached
+    words = torch.empty_like(p.words)
+    rows = p.words.reshape(-1, p.words.shape[-1])
+    out = words.reshape(rows.shape)
+    step = max(1, (1 << 24) // max(1, rows.shape[-1]))  # ~16M words at a time: bounded int64 temporaries
+    for r0 in range(0, rows.shape[0], step):
+        out[r0:r0 + step] = shuffle_words(rows[r0:r0 + step])
+    q = PreparedMXFP4(words.view(torch.uint8).reshape(p.blocks.shape), words, p.scales, p.shape, p.scale_min,
+                      p.scale_max, tiled=p.tiled, deinterleaved=p.deinterleaved, shuffled=True)
+    object.__setattr__(p, "_shuffled", q)
     return q

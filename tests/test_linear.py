@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import kernels as K
+from kernels._triton import tl, triton
+from kernels.decode import e2m1_pairs, nib_pairs
 from kernels.linear import linear_problem
 from kernels.tables import LINEAR_TABLE, pick_linear
 
@@ -336,3 +338,61 @@ def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", PERSIST=2, **cfg), y), cfg
     with pytest.raises(ValueError, match="must be a multiple of 128"):
         K.mxfp4_linear(x, w, b, variant="gemv_h2g", TILED=True, BLOCK_K=64 * 1, BLOCK_N=8, num_warps=2)
+
+
+@triton.jit
+def _pairs_kernel(w_ptr, u_ptr, out_ptr, BLOCK: tl.constexpr):
+    """e2m1_pairs of words w and nib_pairs of their shuffled copies u, stored as 8 uint32 planes."""
+    i = tl.arange(0, BLOCK)
+    a, b, c, d = e2m1_pairs(tl.load(w_ptr + i).to(tl.uint32, bitcast=True))
+    tl.store(out_ptr + i, a)
+    tl.store(out_ptr + BLOCK + i, b)
+    tl.store(out_ptr + 2 * BLOCK + i, c)
+    tl.store(out_ptr + 3 * BLOCK + i, d)
+    a, b, c, d = nib_pairs(tl.load(u_ptr + i).to(tl.uint32, bitcast=True))
+    tl.store(out_ptr + 4 * BLOCK + i, a)
+    tl.store(out_ptr + 5 * BLOCK + i, b)
+    tl.store(out_ptr + 6 * BLOCK + i, c)
+    tl.store(out_ptr + 7 * BLOCK + i, d)
+
+
+def test_shuffled_words_decode_to_the_same_values(device):
+    """Every code at every position of a word, and random words: shuffle_words is undone by its inverse, and
+    nib_pairs of the shuffled word gives e2m1_pairs' pairs A, C bit for bit and B, D times 2^8 exactly (on the
+    GPU through the hardware e4m3 conversion)."""
+    from kernels.prepare import shuffle_words
+
+    codes = torch.arange(16, dtype=torch.int64)
+    one_hot = torch.stack([codes << (4 * e) for e in range(8)]).reshape(-1)  # 128 words
+    rand = torch.randint(0, 2**32, (128,), generator=torch.Generator().manual_seed(1), dtype=torch.int64)
+    w = torch.cat([one_hot, rand])
+    w = torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)
+    u = shuffle_words(w)
+    assert torch.equal(shuffle_words(u, inverse=True), w)
+    assert not torch.equal(u, w)
+    out = torch.empty(8 * 256, dtype=torch.uint32, device=device)
+    _pairs_kernel[(1,)](w.to(device), u.to(device), out, BLOCK=256)
+    p = out.cpu().view(torch.int32).view(8, 256)
+    halves = p.view(torch.float16).view(8, 256, 2).float()
+    assert torch.equal(p[4], p[0]) and torch.equal(p[6], p[2])
+    assert torch.equal(halves[5], halves[1] * 256) and torch.equal(halves[7], halves[3] * 256)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES + [(2, 40, 640)])
+def test_gemv_h2g_shuffled_nibbles(m, n, k, device):
+    """NIB reads shuffle_nibbles' copy (rows or tiled; the same shuffled words either way, so bit-identical)
+    and sums B, D in their own chain: within the reference's bound. A shuffled weight runs only NIB configs."""
+    x, w, b, ref = make(m, n, k, seed=m + 5 * n, dev=device)
+    for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
+                {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "PREFETCH": True, "num_warps": 4},
+                {"BLOCK_M": 4, "BLOCK_N": 32, "BLOCK_K": 512, "num_stages": 3, "num_warps": 4}):
+        y = K.mxfp4_linear(x, w, b, variant="gemv_h2g", NIB=True, **cfg)
+        assert rel_err(y, ref) < tol("gemv_h2g"), cfg
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", NIB=True, TILED=True, **cfg), y), cfg
+    s = K.shuffle_nibbles(w)
+    assert s.shuffled and K.shuffle_nibbles(w) is s  # made once
+    assert torch.equal(K.mxfp4_linear(x, s, b, variant="gemv_h2g", NIB=True, **cfg), y)
+    with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
+        K.mxfp4_linear(x, s, b, variant="gemv_h2g", **cfg)
+    with pytest.raises(ValueError, match="tile the unshuffled weight"):
+        K.tile_mxfp4(s)

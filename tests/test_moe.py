@@ -317,6 +317,24 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
         K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, COMBINE=True)
 
 
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "BLOCK_N2": 8},
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2, "COMBINE": True},
+])
+def test_moe_h2g_shuffled_nibbles(cfg, device):
+    """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
+    partial tiles included; weights held shuffled run only NIB configs."""
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9, 2, device)
+    y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, **cfg)
+    assert rel_err(y, ref) < TOL
+    if not cfg.get("COMBINE"):
+        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, TILED=True, **cfg), y)
+    s1, s2 = K.shuffle_nibbles(w1), K.shuffle_nibbles(w2)
+    assert torch.equal(K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", NIB=True, **cfg), y)
+    with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
+        K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", **cfg)
+
+
 def test_moe_mma_register_rule():
     """Configs whose sm_90 builds spilled are refused with the reason; the default is admitted."""
     v = K.VARIANTS["moe_mma"]
