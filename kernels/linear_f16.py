@@ -78,29 +78,45 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: t
 @triton.jit
 def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
             LOGICAL: tl.constexpr = False):
-    """x_to_f16 of row m in passes of BLOCK_K (one program; also moe_fused's first stage)."""
+    """x_to_f16 of row m (one program; also moe_fused's first stage). A row of at most BLOCK_K output positions
+    takes one pass: each element is gathered once into its output position (padding as zeros), so the row's
+    max comes from the same registers that are then stored (one load round trip, not two). Longer rows: a
+    max pass in blocks of BLOCK_K, then the gather pass."""
     rk = tl.arange(0, BLOCK_K)
-    amax = tl.zeros((BLOCK_K,), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        v = tl.load(x_ptr + m * stride_xm + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(v))
-    up, down = f16_row_scale(tl.max(amax, axis=0))
-    for k0 in range(0, stride_om, BLOCK_K):
-        pos = k0 + rk
-        if PLANES:  # plane j (PLANE fp16 wide) holds the pairs (8w + j, 8w + j + 4) of every word w
-            r = pos % PLANE
-            src = (r // 2) * 8 + pos // PLANE + 4 * (r % 2)
-            ok = r < K // 4
-        elif LOGICAL:
-            src = pos - pos % 128 + logical_elem(pos % 128)
-            ok = src < K
-        else:  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group of 8
-            j = pos % 8
-            src = pos - j + j // 2 + 4 * (j % 2)
-            ok = pos < K
-        v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
-        tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < stride_om)
+    if stride_om <= BLOCK_K:
+        src, ok = _x16_source(rk, K, PLANE, PLANES, LOGICAL)
+        v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (rk < stride_om), other=0.0).to(tl.float32)
+        up, down = f16_row_scale(tl.max(tl.abs(v), axis=0))
+        tl.store(o_ptr + m * stride_om + rk, (v * up).to(tl.float16), mask=rk < stride_om)
+    else:
+        amax = tl.zeros((BLOCK_K,), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            v = tl.load(x_ptr + m * stride_xm + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(v))
+        up, down = f16_row_scale(tl.max(amax, axis=0))
+        for k0 in range(0, stride_om, BLOCK_K):
+            pos = k0 + rk
+            src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
+            v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
+            tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < stride_om)
     tl.store(xs_ptr + m, down)
+
+
+@triton.jit
+def _x16_source(pos, K, PLANE, PLANES: tl.constexpr, LOGICAL: tl.constexpr):
+    """(element of x, in range) that x_to_f16's output position pos holds, in each of its three orders."""
+    if PLANES:  # plane j (PLANE fp16 wide) holds the pairs (8w + j, 8w + j + 4) of every word w
+        r = pos % PLANE
+        src = (r // 2) * 8 + pos // PLANE + 4 * (r % 2)
+        ok = r < K // 4
+    elif LOGICAL:
+        src = pos - pos % 128 + logical_elem(pos % 128)
+        ok = src < K
+    else:  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group of 8
+        j = pos % 8
+        src = pos - j + j // 2 + 4 * (j % 2)
+        ok = pos < K
+    return src, ok
 
 
 @triton.jit
@@ -398,7 +414,7 @@ def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT:
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False,
-                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False):
+                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False, EARLY_TAIL: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
@@ -407,21 +423,24 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     only the K tail is masked. PERSIST: a grid of a few programs per SM, each striding over the row tiles
     (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch
     (measured slower on the lm_head: the loop needs 128 registers, results/20261123T142356-...-linear-persist).
-    NIB: words in shuffle_nibbles' layout, decoded by nib_pairs (9 instructions per word instead of 15)."""
+    NIB: words in shuffle_nibbles' layout, decoded by nib_pairs (9 instructions per word instead of 15).
+    EARLY_TAIL: the K tail's words and scales are loaded before the K loop (with PREFETCH, a row tile of up to
+    three K tiles is then one memory round trip instead of two)."""
     pdl_enter()
     if PERSIST:
         for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
             _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE, HAS_BIAS,
-                           BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
+                           BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB, EARLY_TAIL)
     else:
         _gemv_h2g_tile(tl.program_id(0), xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
-                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
+                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB, EARLY_TAIL)
 
 
 @triton.jit
 def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr):
+                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr,
+                   EARLY_TAIL: tl.constexpr):
     """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
     pid_m = tl.program_id(1)
     KB = K // 32
@@ -442,6 +461,8 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
+    if EARLY_TAIL:
+        wm, v_tail, s_tail = h2g_tail_loads(wp + full * WSTEP, sp + full * SSTEP, word, rg, full, K, TW, G)
     for t in tl.range(0, full, num_stages=STAGES):
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         for i in tl.static_range(BLOCK_M):
@@ -451,7 +472,10 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         sp += SSTEP
         xp += TW
     if full * G < KB:
-        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
+        if EARLY_TAIL:
+            v, s = v_tail, s_tail
+        else:
+            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         for i in tl.static_range(BLOCK_M):
             acc = h2g_step(acc, v, s, xp + tl.minimum(i, M - 1 - pid_m * BLOCK_M) * (4 * PLANE), wm, i, PLANE, G,
                            True, NIB)
@@ -528,7 +552,7 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0, NIB=False):
+                 TILED=False, PERSIST=0, NIB=False, EARLY_TAIL=False):
     """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
     NIB: reads shuffle_nibbles' copy of the words (made once and cached)."""
     from .prepare import shuffle_nibbles, tile_mxfp4
@@ -546,7 +570,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch())
+                           PERSIST=PERSIST > 0, NIB=NIB, EARLY_TAIL=EARLY_TAIL, num_warps=num_warps, **pdl_launch())
     return y
 
 

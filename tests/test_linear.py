@@ -325,8 +325,8 @@ def test_dequant_gemm_chunks_cover_every_row(tiled, device):
 @pytest.mark.parametrize("m,n,k", SHAPES + [(2, 40, 640)])
 def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
     """gemv_h2g's TILED reads tile_mxfp4's copy in 128-K chunks (the row-major K order within a chunk): the same
-    words meet the same x, so the output is bit-identical, K tails and rows past N included; so does PERSIST
-    (the same tiles, taken by a smaller grid in strides)."""
+    words meet the same x, so the output is bit-identical, K tails and rows past N included; so do PERSIST
+    (the same tiles, taken by a smaller grid in strides) and EARLY_TAIL (the K tail loaded first)."""
     x, w, b, ref = make(m, n, k, seed=m + 3 * n, dev=device)
     for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
                 {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "PREFETCH": True, "num_warps": 4},
@@ -336,6 +336,8 @@ def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
         assert rel_err(y, ref) < tol("gemv_h2g")
         # PERSIST: fewer programs than row tiles (4 per SM stand-in on the CPU), each striding over several
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", PERSIST=2, **cfg), y), cfg
+        # EARLY_TAIL: the same words, loaded before the K loop
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", EARLY_TAIL=True, **cfg), y), cfg
     with pytest.raises(ValueError, match="must be a multiple of 128"):
         K.mxfp4_linear(x, w, b, variant="gemv_h2g", TILED=True, BLOCK_K=64 * 1, BLOCK_N=8, num_warps=2)
 
