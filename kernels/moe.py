@@ -220,8 +220,8 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                    NIB: tl.constexpr = False, EARLY_TAIL: tl.constexpr = False):
-    """moe_h2 with gemv_h2g's K loop (h2g_step; NIB, EARLY_TAIL: as gemv_h2g): input rows are
+                    NIB: tl.constexpr = False):
+    """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
     broadcast over the tile's rows).
@@ -236,8 +236,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if active:
         h2g_tile(e, tl.program_id(0), rm, mmask, tl.program_id(1), xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr,
                  s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
-                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB,
-                 EARLY_TAIL=EARLY_TAIL)
+                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
 
 
 @triton.jit
@@ -245,8 +244,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
-             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
-             EARLY_TAIL: tl.constexpr = False):
+             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
@@ -273,8 +271,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
-    if EARLY_TAIL:
-        wm, v_tail, s_tail = h2g_tail_loads(wp + full * WSTEP, sp + full * SSTEP, word, rg, full, K, TW, G)
     for t in tl.range(0, full, num_stages=STAGES):
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         if WAIT:
@@ -285,10 +281,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
-        if EARLY_TAIL:
-            v, s = v_tail, s_tail
-        else:
-            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
+        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         if WAIT:
             if full == 0:
                 wait_count(wait_ptr, wait_need)
@@ -516,8 +509,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
-                          PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, EARLY_TAIL=cfg.get("EARLY_TAIL", False),
-                          num_warps=cfg["num_warps"], **pdl_launch())
+                          PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
+                          **pdl_launch())
 
 
 def _nibbles(p: PreparedMXFP4, cfg) -> PreparedMXFP4:
@@ -653,9 +646,9 @@ register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
-           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "EARLY_TAIL": (False, True)},
+           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "EARLY_TAIL": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -663,8 +656,7 @@ register(Variant(
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
                 "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
                 "flight while one is used (register double buffer, as gemv_h2g); NIB: reads shuffle_nibbles' copy "
-                "(decode in 9 instructions per word instead of 15); EARLY_TAIL: the K tail's loads issued before the "
-                "K loop (mlp1 and mlp2; not the COMBINE kernel)",
+                "(decode in 9 instructions per word instead of 15)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

@@ -305,13 +305,12 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
 ])
 def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
-    halves) in 128-K chunks: bit-identical to the row-major weights, as is EARLY_TAIL (the K tail loaded before
-    the K loop). H=288 and I=160 leave K tails and partial row tiles in both layers."""
+    halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
+    partial row tiles in both layers."""
     (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
     assert rel_err(y, ref) < TOL
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
-    assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", EARLY_TAIL=True, **cfg), y)
     t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
     assert torch.equal(K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, **cfg), y)
     with pytest.raises(ValueError, match="COMBINE=True's kernel reads row-major weights"):
