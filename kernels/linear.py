@@ -377,28 +377,19 @@ register(Variant(
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
 ))
 
-def _rule_fuse_x(cfg, problem):
-    """FUSE_X waits for x once, after the first weight loads of its one row tile: not with PERSIST (several
-    tiles) or a pipelined K loop (num_stages > 1 would read x in the loop's prologue, before the wait)."""
-    if cfg.get("FUSE_X") and (cfg.get("PERSIST") or cfg.get("num_stages", 1) > 1):
-        return "FUSE_X needs PERSIST=0 and num_stages=1"
-    return None
-
-
 register(Variant(
     name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024, 2048),
-           "PREFETCH": (False, True), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
-           "PERSIST": (0, 2, 4, 8), "NIB": (False, True), "FUSE_X": (False, True)},
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024, 2048),
+           "PREFETCH": (False, True), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
+           "PERSIST": (0, 2, 4, 8), "NIB": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "PREFETCH": False, "num_warps": 4, "num_stages": 1,
-              "TILED": False, "PERSIST": 0, "NIB": False, "FUSE_X": False},
+              "TILED": False, "PERSIST": 0, "NIB": False},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_fuse_x),
+           rule_tiled_k),
     description="gemv_h2 with x read plane-major in the weights' own layout and half2 sums per MXFP4 block; "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; TILED: reads "
                 "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile); NIB: "
-                "reads shuffle_nibbles' copy (decode in 9 instructions per word instead of 15); FUSE_X: x converted "
-                "to fp16 inside the launch (no x_to_f16 launch)",
+                "reads shuffle_nibbles' copy (decode in 9 instructions per word instead of 15)",
 ))
 
 

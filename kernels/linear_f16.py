@@ -37,7 +37,6 @@ from .decode import (
     pack_h2,
     tc_dot,
 )
-from .sync import scratch, signal_count, take_ticket, wait_count
 
 
 @triton.jit
@@ -354,7 +353,9 @@ def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr, N
 @triton.jit
 def h2g_first_loads(wp, sp, word, rg, full, TW: tl.constexpr, G: tl.constexpr, PREFETCH: tl.constexpr):
     """(v_next, s_next) before an h2g K loop: with PREFETCH (a register double buffer, the next K tile's weights in
-    flight while one is used) the first full tile's words and scale bytes, else unused placeholders."""
+    flight while one is used) the first full tile's words and scale bytes, else unused placeholders.
+    (Issuing the K tail's loads here too, so that a 2880-long row tile is one round trip, measured ~10 us
+    slower on the lm_head: results/20261123T200807-h100-80gb-hbm3-linear-early-tail, the kernel at 5f461ee.)"""
     if PREFETCH:
         n = tl.minimum(full, 1)  # tensor masks (word < n * TW): the interpreter rejects scalar ones
         v_next = tl.load(wp, mask=word < n * TW, other=0)
@@ -412,11 +413,10 @@ def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT:
 
 
 @triton.jit
-def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE, x_ptr, x16_ptr, ctr_ptr,
-                     stride_xm, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1,
-                     TILED: tl.constexpr = False, PERSIST: tl.constexpr = False, NIB: tl.constexpr = False,
-                     FUSE_X: tl.constexpr = False, BLOCK_X: tl.constexpr = 16):
+def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False,
+                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
@@ -426,8 +426,9 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     (tile p, p + grid, ...), so the programs in flight read neighbouring tiles and none pays a launch
     (measured slower on the lm_head: the loop needs 128 registers, results/20261123T142356-...-linear-persist).
     NIB: words in shuffle_nibbles' layout, decoded by nib_pairs (9 instructions per word instead of 15).
-    FUSE_X: no x_to_f16 launch before this one (fuse_x16: the launch's first program converts x, the others
-    wait for it with their first weight tile in flight)."""
+    (Converting x inside the launch instead of in x_to_f16's, by the program with the first ticket while the
+    others wait with their first weight tile in flight, measured 1.6 us slower on the lm_head at one token:
+    results/20261123T201729-h100-80gb-hbm3-linear-fuse-x, the kernel at fc4c5c8.)"""
     pdl_enter()
     if PERSIST:
         for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
@@ -435,16 +436,13 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
                            BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
     else:
         _gemv_h2g_tile(tl.program_id(0), xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
-                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB, x_ptr, x16_ptr, ctr_ptr,
-                       stride_xm, FUSE_X, BLOCK_X)
+                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
 
 
 @triton.jit
 def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr,
-                   x_ptr=None, x16_ptr=None, ctr_ptr=None, stride_xm=0, FUSE_X: tl.constexpr = False,
-                   BLOCK_X: tl.constexpr = 16):
+                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr):
     """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
     pid_m = tl.program_id(1)
     KB = K // 32
@@ -465,8 +463,6 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
-    if FUSE_X:
-        fuse_x16(x_ptr, x16_ptr, xs_ptr, ctr_ptr, M, K, stride_xm, PLANE, BLOCK_X)
     for t in tl.range(0, full, num_stages=STAGES):
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         for i in tl.static_range(BLOCK_M):
@@ -487,23 +483,6 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
         out += tl.load(b_ptr + rn_c).to(tl.float32)[:, None]
     tl.store(y_ptr + rm[None, :] * stride_ym + rn[:, None], out.to(tl.bfloat16),
              mask=(rm < M)[None, :] & (rn < N)[:, None])
-
-
-@triton.jit
-def fuse_x16(x_ptr, x16_ptr, xs_ptr, ctr_ptr, M, K, stride_xm, PLANE, BLOCK_X: tl.constexpr):
-    """gemv_h2g's FUSE_X: the program holding its launch's first ticket (kernels/sync.py: it is running, so
-    waiting for it cannot deadlock) stores x's M rows as x_to_f16(planes=True) does (one contiguous load and a
-    scattered store per row, store_x16_planes) and counts them done; every program waits for that count."""
-    total = tl.num_programs(0) * tl.num_programs(1)
-    ticket = take_ticket(ctr_ptr)
-    launch = ticket // total
-    if ticket - launch * total == 0:
-        rh = tl.arange(0, BLOCK_X)
-        for m in range(0, M):
-            y = tl.load(x_ptr + m * stride_xm + rh, mask=rh < K, other=0.0)
-            store_x16_planes(x16_ptr, xs_ptr, m, y, rh, K, 2 * PLANE)
-        signal_count(ctr_ptr + 1)
-    wait_count(ctr_ptr + 1, launch + 1)
 
 
 @triton.jit(do_not_specialize=["SMAX"])
@@ -570,12 +549,9 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0, NIB=False, FUSE_X=False):
+                 TILED=False, PERSIST=0, NIB=False):
     """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
-    NIB: reads shuffle_nibbles' copy of the words (made once and cached). FUSE_X: x converted inside the launch
-    (counters in a kept scratch: calls of one shape run one after the other on one stream, as graph replays),
-    registers capped at 80, what the lm_head's decode configs use without it: left free, the conversion branch
-    takes the whole kernel to 124-156 on sm_90 (occupancy halved); capped, ptxas spills nothing."""
+    NIB: reads shuffle_nibbles' copy of the words (made once and cached)."""
     from .prepare import shuffle_nibbles, tile_mxfp4
 
     M, K = x.shape
@@ -584,22 +560,14 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
         p = tile_mxfp4(p)
     if NIB:
         p = shuffle_nibbles(p)
+    xq, xs = x_to_f16(x, planes=True)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     tiles = triton.cdiv(N, BLOCK_N)
     grid = (min(tiles, PERSIST * sm_count(x.device)) if PERSIST else tiles, triton.cdiv(M, BLOCK_M))
-    if FUSE_X:
-        xq = torch.empty((M, 8 * plane_words(K)), device=x.device, dtype=torch.float16)
-        xs = torch.empty((M,), device=x.device, dtype=torch.float32)
-        ctr = scratch(x.device, ("gemv_h2g_x", grid[0] * grid[1]), 2)
-    else:
-        xq, xs = x_to_f16(x, planes=True)
-        ctr = xs
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
-                           M, N, K, y.stride(0), plane_words(K), x, xq, ctr, x.stride(0), HAS_BIAS=bias is not None,
-                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages,
-                           TILED=TILED, PERSIST=PERSIST > 0, NIB=NIB, FUSE_X=FUSE_X,
-                           BLOCK_X=triton.next_power_of_2(8 * plane_words(K)), num_warps=num_warps,
-                           **({"maxnreg": 80} if FUSE_X else {}), **pdl_launch())
+                           M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
+                           BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
+                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch())
     return y
 
 

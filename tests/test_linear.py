@@ -325,10 +325,8 @@ def test_dequant_gemm_chunks_cover_every_row(tiled, device):
 @pytest.mark.parametrize("m,n,k", SHAPES + [(2, 40, 640)])
 def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
     """gemv_h2g's TILED reads tile_mxfp4's copy in 128-K chunks (the row-major K order within a chunk): the same
-    words meet the same x, so the output is bit-identical, K tails and rows past N included; so do PERSIST
-    (the same tiles, taken by a smaller grid in strides) and FUSE_X (x converted inside the launch)."""
-    with pytest.raises(ValueError, match="FUSE_X needs PERSIST=0 and num_stages=1"):
-        K.mxfp4_linear(*make(1, 40, 64, 0, device)[:3], variant="gemv_h2g", FUSE_X=True, num_stages=2)
+    words meet the same x, so the output is bit-identical, K tails and rows past N included; so does PERSIST
+    (the same tiles, taken by a smaller grid in strides)."""
     x, w, b, ref = make(m, n, k, seed=m + 3 * n, dev=device)
     for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
                 {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "PREFETCH": True, "num_warps": 4},
@@ -338,8 +336,6 @@ def test_gemv_h2g_tiled_weight_gives_the_same_result(m, n, k, device):
         assert rel_err(y, ref) < tol("gemv_h2g")
         # PERSIST: fewer programs than row tiles (4 per SM stand-in on the CPU), each striding over several
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", PERSIST=2, **cfg), y), cfg
-        if cfg.get("num_stages", 1) == 1:  # FUSE_X: x converted by the launch's first program, the same bits
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", FUSE_X=True, **cfg), y), cfg
     with pytest.raises(ValueError, match="must be a multiple of 128"):
         K.mxfp4_linear(x, w, b, variant="gemv_h2g", TILED=True, BLOCK_K=64 * 1, BLOCK_N=8, num_warps=2)
 
@@ -401,19 +397,3 @@ def test_gemv_h2g_shuffled_nibbles(m, n, k, device):
     with pytest.raises(ValueError, match="tile the unshuffled weight"):
         K.tile_mxfp4(s)
 
-
-@pytest.mark.gpu
-def test_gemv_h2g_fuse_x_many_calls_in_a_row_on_the_gpu():
-    """On the GPU FUSE_X's programs do wait for the one converting x: 40 calls queued without a sync (1 to 4
-    tokens, two row tiles of programs per SM and many more), counters counting on across calls, each give the
-    bits of the same config with its own x_to_f16 launch."""
-    g = torch.Generator(device="cuda").manual_seed(3)
-    w = K.quantize_mxfp4(torch.randn(24576, 2880, device="cuda", generator=g) * 0.05)
-    cfg = {"BLOCK_N": 8, "BLOCK_K": 1024, "PREFETCH": True, "num_warps": 2, "NIB": True}
-    runs = []
-    for n in range(40):
-        x = torch.randn(1 + n % 4, 2880, device="cuda").to(torch.bfloat16)
-        c = {**cfg, "BLOCK_M": 1 if x.shape[0] == 1 else 4}
-        runs.append((x, c, K.mxfp4_linear(x, w, variant="gemv_h2g", FUSE_X=True, **c)))
-    for x, c, got in runs:
-        assert torch.equal(got, K.mxfp4_linear(x, w, variant="gemv_h2g", **c))
