@@ -10,8 +10,9 @@ because fp16's subnormals cover the E2M1 subnormal 0.5. So a word gives four pai
 Weights in shuffle_nibbles' layout (kernels/prepare.py) decode in 9 instructions per word instead of 15
 (`nib_pairs`): A and C sit at their fp16 bit positions already (one mask; one shift and a mask), B and D are
 built as four E4M3 bytes (two shifts, two masks) that two hardware conversions (cvt.rn.f16x2.e4m3x2, one
-instruction each on sm_89+) turn into fp16x2. No bit layout gives all four pairs one shift and one mask: the
-8 positions an fp16x2 pair needs, {9,10,11,15,25,26,27,31}, admit at most two disjoint translates.
+F2FP instruction each in the sm_90 SASS) turn into fp16x2. No bit layout gives all four pairs one shift and
+one mask: the 8 positions an fp16x2 pair needs, {9,10,11,15,25,26,27,31}, admit at most two disjoint
+translates.
 
 All arithmetic is plain Triton (inline PTX only where the interpreter has an fp32 emulation), so the same
 source runs compiled and in the interpreter.

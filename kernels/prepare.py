@@ -19,7 +19,7 @@ The layout is chosen once, at load time, and one copy is kept:
 `shuffle_nibbles` permutes the bits inside each 32-bit word (rows or tiled) for the h2g kernels' NIB option,
 whose decode then costs 9 instructions per word instead of 15 (kernels/decode.py: nib_pairs); scales and
 word order are unchanged.
-Passing a row-major weight to a TILED (or NIB) config still works (the tiled copy is made on first use and cached):
+Passing a row-major weight to a TILED (or NIB) config still works (the copy is made on first use and cached):
 that is how sweeps measure both layouts from one weight, holding both copies.
 """
 
@@ -158,8 +158,8 @@ def check_unshuffled(p: PreparedMXFP4, cfg: dict) -> None:
 
 def shuffle_nibbles(p) -> PreparedMXFP4:
     """p with every word's bits in shuffle_nibbles' order (cached on p), for the h2g kernels' NIB option:
-    a copy of the words (rows or tiled, as p is), scales shared. Made once, like tile_mxfp4; on the GPU the
-    lm_head's 290 MB of words take one pass of elementwise torch ops per bit (32 passes)."""
+    a copy of the words (rows or tiled, as p is), scales shared. Made once, like tile_mxfp4: 32 elementwise torch
+    passes (one per bit) over chunks of ~16M words; its time on the GPU has not been measured yet."""
     if not isinstance(p, PreparedMXFP4):
         p = prepare_mxfp4(p)
     if p.shuffled:
