@@ -39,9 +39,9 @@ import functools
 import torch
 
 from ._triton import INTERPRETED, tl, triton
-from .decode import e2m1_pairs, tc_dot
+from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, split_h2, x_to_f16
-from .prepare import tile_mxfp4
+from .prepare import shuffle_nibbles, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -80,11 +80,19 @@ def decode_f16_word_major(v, s, SMAX):
 
 
 @triton.jit
-def _decode_chunks(v, m):
-    """Words [R, C, 4 (t), 4 (i)] of C chunks and their scale multipliers [R, C, 4, 1] -> fp16 [R, 128 C] in
-    logical K order."""
-    a, b, c, d = e2m1_pairs(v)
-    w = tl.join(tl.join(_halves(a, m), _halves(b, m)), tl.join(_halves(c, m), _halves(d, m)))  # [R,C,t,i,e,h,s]
+def decode_step(v, s, SMAX, NIB: tl.constexpr):
+    """A K step's words [R, C, 4 (t), 4 (i)] of C chunks and their scale bytes [R, C, 4] -> fp16 [R, 128 C] in
+    logical K order: E2M1 * 2^(s - SMAX + 1). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
+    15 instructions per word); its pairs B, D come 2^8 larger and get a multiplier 2^8 smaller (one more
+    half2 multiply per block and row; exact, the smaller multiplier at worst an fp16 subnormal)."""
+    m = _scale_mult(s, SMAX)[:, :, :, None]
+    if NIB:
+        a, b, c, d = nib_pairs(v.to(tl.uint32, bitcast=True))
+        mb = hmul2(m, (m & 0) | NIB_DOWN_H2)
+    else:
+        a, b, c, d = e2m1_pairs(v.to(tl.uint32, bitcast=True))
+        mb = m
+    w = tl.join(tl.join(_halves(a, m), _halves(b, mb)), tl.join(_halves(c, m), _halves(d, mb)))  # [R,C,t,i,e,h,s]
     w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))  # [R, C, i, s, h, t, e]
     return tl.reshape(w, (w.shape[0], w.shape[1] * 128))
 
@@ -140,7 +148,7 @@ def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr):
 @triton.jit
 def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
-                     TILED: tl.constexpr, LOGICAL: tl.constexpr):
+                     TILED: tl.constexpr, LOGICAL: tl.constexpr, NIB: tl.constexpr):
     """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order (LOGICAL: x
     stored in logical K order, as WGMMA reads it)."""
     pid_n = tl.program_id(0)
@@ -162,16 +170,14 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
     for c in range(0, tl.cdiv(K, CHUNKS * 128)):
         v = tl.load(w_ptr + wofs + c * WSTEP, mask=c * CHUNKS * 16 + word < KW, other=0)
         s = tl.load(s_ptr + sofs + c * SSTEP, mask=c * CHUNKS * 4 + block < KB, other=0)
-        w = _decode_chunks(v.to(tl.uint32, bitcast=True), _scale_mult(s, SMAX)[:, :, :, None])
-        acc = tc_dot(w, _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL), acc)
+        acc = tc_dot(decode_step(v, s, SMAX, NIB), _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL), acc)
     _mma_store(acc, xs_ptr, b_ptr, y_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
                pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX, HAS_BIAS)
 
 
 if gluon is not None:
     # the shared steps re-wrapped for Gluon (the Triton helpers they call are compiled along with them)
-    _g_scale_mult = gluon.jit(_scale_mult.fn)
-    _g_decode_chunks = gluon.jit(_decode_chunks.fn)
+    _g_decode_step = gluon.jit(decode_step.fn)
     _g_x_chunks = gluon.jit(_x_chunks.fn)
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
@@ -197,17 +203,16 @@ if gluon is not None:
         return wofs, sofs, group, block
 
     @gluon.jit
-    def _g_step(acc, v, s, xq, SMAX, A_L: gl.constexpr, B_L: gl.constexpr):
+    def _g_step(acc, v, s, xq, SMAX, A_L: gl.constexpr, B_L: gl.constexpr, NIB: gl.constexpr):
         """One K step: decode, hand both operands to the MMA with no data movement (checked), multiply-add."""
-        w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
-        return mma_v2(gl.convert_layout(w, A_L, assert_trivial=True),
+        return mma_v2(gl.convert_layout(_g_decode_step(v, s, SMAX, NIB), A_L, assert_trivial=True),
                       gl.convert_layout(_g_x_chunks(xq), B_L, assert_trivial=True), acc)
 
     @gluon.jit
     def _mma_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                     HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                     PREFETCH: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                    MMA: gl.constexpr):
+                    MMA: gl.constexpr, NIB: gl.constexpr):
         """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
@@ -244,11 +249,11 @@ if gluon is not None:
             else:
                 v = gl.load(w_ptr + wofs + c * WSTEP)
                 s = gl.load(s_ptr + sofs + c * SSTEP)
-            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + c * (STEP * 8)), SMAX, A_L, B_L)
+            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + c * (STEP * 8)), SMAX, A_L, B_L, NIB)
         if full * STEP < KW:  # the K tail: words past K load zeros (and x is zero-padded there)
             v = gl.load(w_ptr + wofs + full * WSTEP, mask=full * STEP + group < KW, other=0)
             s = gl.load(s_ptr + sofs + full * SSTEP, mask=full * (STEP // 4) + block < KB, other=0)
-            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + full * (STEP * 8)), SMAX, A_L, B_L)
+            acc = _g_step(acc, v, s, gl.load(x_ptr + xofs + full * (STEP * 8)), SMAX, A_L, B_L, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -262,7 +267,8 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
-                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr):
+                   CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr,
+                   NIB: gl.constexpr):
         """The K loop on wgmma: acc [rows, BM] += decoded weights (rows' words at wofs, scales at sofs) @ x.
 
         Weights: the next step's words are loaded into registers while this step is decoded straight into
@@ -288,7 +294,7 @@ if gluon is not None:
             more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
             v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1) * STEP + group < KW * more, other=0)
             s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1) * (STEP // 4) + block < KB * more, other=0)
-            w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
+            w = _g_decode_step(v, s, SMAX, NIB)
             a = gl.convert_layout(w, A_L, assert_trivial=True)
             async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
             fence_async_shared()
@@ -316,7 +322,8 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
-                        CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr):
+                        CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
+                        NIB: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -335,7 +342,7 @@ if gluon is not None:
             s = ssm.index(slot).load(gl.SliceLayout(3, LW))
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
                           steps, KW, KB, STEP, STAGES)
-            w = _g_decode_chunks(v.to(gl.uint32, bitcast=True), _g_scale_mult(s, SMAX)[:, :, :, None])
+            w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
@@ -357,7 +364,7 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
@@ -369,10 +376,10 @@ if gluon is not None:
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L)
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
-                             CHUNKS, TILED, STAGES, A_L)
+                             CHUNKS, TILED, STAGES, A_L, NIB)
         return acc
 
     @gluon.jit
@@ -380,7 +387,7 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers."""
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -389,7 +396,7 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC)
+                            LW, MMA, SX, SW, SS, LSC, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -503,7 +510,7 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -511,18 +518,21 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     MAXNREG caps the registers per thread (ptxas spills past it). WGMMA multiplies with sm_90's wgmma: the
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
-    the same ring)."""
+    the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
+    cached): 9 instead of 15 decode instructions per word."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
+    if NIB:
+        p = shuffle_nibbles(p)
     x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     args = (x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, x16.shape[1], y.stride(0),
             p.scale_max)
-    meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED)
+    meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED, NIB=NIB)
     if INTERPRETED or gluon is None:
         _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
     elif WGMMA:

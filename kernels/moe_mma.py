@@ -33,17 +33,16 @@ from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
     SHARED_BYTES,
-    _decode_chunks,
-    _scale_mult,
     _tile_offsets,
     _x_step,
+    decode_step,
     gluon,
     mma_layouts,
     wg_layouts,
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
-from .prepare import tile_mxfp4
+from .prepare import shuffle_nibbles, tile_mxfp4
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
@@ -119,7 +118,7 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, LOG_E: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them)."""
     tile = tl.program_id(0)
@@ -156,13 +155,11 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
                 xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0), LOGICAL)
             va = tl.load(w_e + wa + c * WSTEP, mask=wm, other=0)
             sva = tl.load(s_e + sa + c * SSTEP, mask=sm, other=0)
-            acc_a = tc_dot(_decode_chunks(va.to(tl.uint32, bitcast=True), _scale_mult(sva, SMAX)[:, :, :, None]), xb,
-                           acc_a)
+            acc_a = tc_dot(decode_step(va, sva, SMAX, NIB), xb, acc_a)
             if PHASE == 1:
                 vb = tl.load(w_e + wb + c * WSTEP, mask=wm, other=0)
                 svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
-                acc_b = tc_dot(_decode_chunks(vb.to(tl.uint32, bitcast=True), _scale_mult(svb, SMAX)[:, :, :, None]),
-                               xb, acc_b)
+                acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
                   limit, act_scale, SMAX, PHASE, LOGICAL)
 
@@ -215,7 +212,7 @@ if gluon is not None:
                         K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                         LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                         TILED: gl.constexpr, PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                        MMA: gl.constexpr):
+                        MMA: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
         tile = gl.program_id(0)
         if tile < gl.load(tiles_ptr + E):
@@ -249,16 +246,16 @@ if gluon is not None:
                     if PHASE == 1:
                         vb, svb = _g_load(w_e, s_e, wb, sb, group, block, c, KW, KB, STEP, False, TILED)
                 xq = gl.load(x_ptr + xofs + c * (STEP * 8))
-                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
+                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L, NIB)
                 if PHASE == 1:
-                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
+                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L, NIB)
             if full * STEP < KW:  # the K tail: words and x past K read zeros
                 xq = gl.load(x_ptr + xofs + full * (STEP * 8), mask=full * (STEP * 8) + xpos < K, other=0.0)
                 va, sva = _g_load(w_e, s_e, wa, sa, group, block, full, KW, KB, STEP, True, TILED)
-                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L)
+                acc_a = _g_step(acc_a, va, sva, xq, SMAX, A_L, B_L, NIB)
                 if PHASE == 1:
                     vb, svb = _g_load(w_e, s_e, wb, sb, group, block, full, KW, KB, STEP, True, TILED)
-                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L)
+                    acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L, NIB)
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
@@ -285,7 +282,8 @@ if gluon is not None:
                          K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                          LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                          TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                         MMA: gl.constexpr, SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr):
+                         MMA: gl.constexpr, SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
+                         NIB: gl.constexpr):
         """moe_mma's K loop with the weight words and x of the next STAGES - 1 steps in flight as cp.async
         copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
@@ -328,9 +326,9 @@ if gluon is not None:
                          STAGES, PHASE, TILED)
                 slot = c % STAGES
                 xq = xs.index(slot).load(LX)
-                acc_a = _g_step(acc_a, ws_a.index(slot).load(LW), sva, xq, SMAX, A_L, B_L)
+                acc_a = _g_step(acc_a, ws_a.index(slot).load(LW), sva, xq, SMAX, A_L, B_L, NIB)
                 if PHASE == 1:
-                    acc_b = _g_step(acc_b, ws_b.index(slot).load(LW), svb, xq, SMAX, A_L, B_L)
+                    acc_b = _g_step(acc_b, ws_b.index(slot).load(LW), svb, xq, SMAX, A_L, B_L, NIB)
             async_copy.wait_group(0)
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -343,7 +341,7 @@ if gluon is not None:
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
-                       SS: gl.constexpr, LSC: gl.constexpr):
+                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -362,7 +360,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC)
+                                SW, SS, LSC, NIB)
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
@@ -390,10 +388,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         grid = grid[::-1]
     if cfg["TILED"]:
         p = tile_mxfp4(p, deinterleave=phase == 1)
+    if cfg["NIB"]:
+        p = shuffle_nibbles(p)
     args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
             out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E, p.words.stride(0),
             p.scales.stride(0))
-    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"])
+    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
+                NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
     elif compiled_wg:
@@ -417,7 +418,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
-                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False):
+                PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
+                NIB=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -428,7 +430,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
     K order (rows padded to whole steps of 128 * CHUNKS) copied once per program into a ring of STAGES (>= 2)
     shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
-    (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring.
+    (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring. NIB
+    reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -439,7 +442,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
@@ -490,11 +493,12 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
-                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots",
+                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "
+                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))

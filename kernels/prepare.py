@@ -16,8 +16,8 @@ The layout is chosen once, at load time, and one copy is kept:
 - rows: `prepare_mxfp4(w)` (free for an openai-layout weight). Every variant reads it.
 - tiled: `tile_mxfp4(prepare_mxfp4(w))` (mlp1's w1: `deinterleave=True`), then drop w. Only TILED configs read
   it; `mxfp4_linear` / `moe_mxfp4` given a tiled weight pick from the tiled auto tables.
-`shuffle_nibbles` permutes the bits inside each 32-bit word (rows or tiled) for the h2g kernels' NIB option,
-whose decode then costs 9 instructions per word instead of 15 (kernels/decode.py: nib_pairs); scales and
+`shuffle_nibbles` permutes the bits inside each 32-bit word (rows or tiled) for the NIB option of the h2g and
+mma kernels, whose decode then costs 9 instructions per word instead of 15 (kernels/decode.py: nib_pairs); scales and
 word order are unchanged.
 Passing a row-major weight to a TILED (or NIB) config still works (the copy is made on first use and cached):
 that is how sweeps measure both layouts from one weight, holding both copies.
@@ -153,11 +153,12 @@ def shuffle_words(words: torch.Tensor, inverse: bool = False) -> torch.Tensor:
 def check_unshuffled(p: PreparedMXFP4, cfg: dict) -> None:
     """A weight held in shuffle_nibbles' layout is read only by NIB configs (any other would decode garbage)."""
     if p.shuffled and not cfg.get("NIB"):
-        raise ValueError("w is in shuffle_nibbles' layout: only NIB=True configs (gemv_h2g, moe_h2g) read it")
+        raise ValueError("w is in shuffle_nibbles' layout: only NIB=True configs (gemv_h2g, gemv_mma, moe_h2g, "
+                         "moe_mma) read it")
 
 
 def shuffle_nibbles(p) -> PreparedMXFP4:
-    """p with every word's bits in shuffle_nibbles' order (cached on p), for the h2g kernels' NIB option:
+    """p with every word's bits in shuffle_nibbles' order (cached on p), for the h2g and mma kernels' NIB option:
     a copy of the words (rows or tiled, as p is), scales shared. Made once, like tile_mxfp4: 32 elementwise torch
     passes (one per bit) over chunks of ~16M words; its time on the GPU has not been measured yet."""
     if not isinstance(p, PreparedMXFP4):

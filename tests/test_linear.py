@@ -97,6 +97,39 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
             assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg))
 
 
+def wide_span_weight(n, k, seed, dev):
+    """An MXFP4 weight whose scale bytes span exactly 24 binades (the most the fp16-weight decodes hold
+    exactly): block j of row r is random with its largest magnitude 4 * 2^-((j + r) % 25)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k // 32, 32, generator=g)
+    e = (torch.arange(k // 32)[None, :] + torch.arange(n)[:, None]) % 25
+    w = w / w.abs().amax(-1, keepdim=True) * torch.exp2(2.0 - e.float())[..., None]
+    w = K.quantize_mxfp4(w.reshape(n, k), layout="openai")
+    p = K.prepare_mxfp4(w)
+    assert p.scale_max - p.scale_min == 24, (p.scale_min, p.scale_max)
+    return w.to(dev)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemv_mma_shuffled_nibbles_is_bit_identical(m, n, k, device):
+    """NIB decodes shuffle_nibbles' words into the same fp16 weights (pairs B, D come 2^8 larger and meet a
+    multiplier 2^8 smaller, exact even where that multiplier is an fp16 subnormal at a 24-binade scale span):
+    bit-identical to the plain decode for mma.sync, TILED and WGMMA with RING_W. Shuffled weights run only NIB."""
+    x, _, b, _ = make(m, n, k, seed=m + 3 * n, dev=device)
+    w = wide_span_weight(n, k, seed=n, dev=device)
+    for cfg in ({"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
+                {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 1, "TILED": True},
+                {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True,
+                 "STAGES": 3, "RING_W": True}):
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", NIB=True, **cfg), y), cfg
+    s, rows = K.shuffle_nibbles(w), {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "num_warps": 4}
+    assert torch.equal(K.mxfp4_linear(x, s, b, variant="gemv_mma", NIB=True, **rows),
+                       K.mxfp4_linear(x, w, b, variant="gemv_mma", **rows))
+    with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
+        K.mxfp4_linear(x, s, b, variant="gemv_mma", **rows)
+
+
 def test_tile_layout_places_each_row_chunk(device):
     """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
     2i + 1 land at group rows i and half + i; the tiled copy is cached, is its own tiling (a weight already

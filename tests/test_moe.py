@@ -335,6 +335,26 @@ def test_moe_h2g_shuffled_nibbles(cfg, device):
         K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", **cfg)
 
 
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
+    {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
+     "RING_W": True},
+])
+def test_moe_mma_shuffled_nibbles_is_bit_identical(cfg, device):
+    """NIB decodes shuffle_nibbles' copies of w1 and w2 into the same fp16 weights the plain decode gives:
+    the layer's output is bit-identical, K tails and partial tiles included; shuffled weights run only NIB."""
+    dw, x, r, ref = odd_layer(7, 13, 3, device)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", NIB=True, **cfg), y)
+    assert rel_err(y, ref) < TOL
+    if not cfg.get("TILED"):
+        b1, b2, s1, s2 = dw[1], dw[3], K.shuffle_nibbles(dw[0]), K.shuffle_nibbles(dw[2])
+        assert torch.equal(K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_mma", NIB=True, **cfg), y)
+        with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
+            K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_mma", **cfg)
+
+
 def test_moe_mma_register_rule():
     """Configs whose sm_90 builds spilled are refused with the reason; the default is admitted."""
     v = K.VARIANTS["moe_mma"]
