@@ -64,7 +64,8 @@ def cmd_sass(args) -> int:
     """Compile a variant config (no GPU needed) and print registers, spills, shared memory, loop mix."""
     from .compile import static_report
 
-    rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch)
+    rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch,
+                         model=args.model)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -424,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, default=1, help="tokens (default 1)")
     p.add_argument("--n", type=int, default=201088, help="output features (default lm_head 201088)")
     p.add_argument("--k", type=int, default=2880, help="input features (default 2880)")
+    p.add_argument("--model", default="gpt-oss-120b", help="MoE variants: the model whose layer is compiled")
     p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
     p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
     p.add_argument("--json", action="store_true")

@@ -245,10 +245,21 @@ def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     return len(best), mix
 
 
-def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int | None = None) -> list[dict]:
-    """Per compiled kernel of one linear call: resources and main-loop instruction mix (per thread)."""
+def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int | None = None,
+                  model: str = "gpt-oss-120b") -> list[dict]:
+    """Per compiled kernel of one call: resources and main-loop instruction mix (per thread). A linear variant
+    is compiled for [m, k] x [n, k]; a MoE variant for m tokens of `model`'s layer (n and k unused)."""
+    from kernels import VARIANTS
+
+    if variant in VARIANTS and VARIANTS[variant].kind == "moe":
+        from .gptoss_config import get_model
+
+        c = get_model(model)
+        kernels = compile_moe(variant, config, m, c.experts, c.top_k, 2 * c.intermediate, c.hidden, arch=arch)
+    else:
+        kernels = compile_linear(variant, config, m, n, k, arch=arch)
     rows = []
-    for name, kern in compile_linear(variant, config, m, n, k, arch=arch):
+    for name, kern in kernels:
         if kern is None:
             continue
         loop, mix = main_loop_mix(sass_of(kern))

@@ -88,6 +88,13 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     rows = json.loads(out.stdout)
     main = [r for r in rows if r["kernel"] == "_gemv_h2_kernel"][0]
     assert main["regs"] > 0 and main["local"] == 0 and main["loop_instructions"] > 0 and "HFMA2" in main["mix"]
+    # a MoE variant compiles the named model's layer (mlp1 and mlp2); NIB's E4M3 conversions are F2FP (plain
+    # Triton here: the Gluon kernels are written against Triton 3.6, the GPU machine's, not this one's 3.9)
+    out = subprocess.run([sys.executable, "-m", "labkit", "sass", "moe_h2g", "--m", "4", "--model", "gpt-oss-20b",
+                          "--config", "NIB=true", "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    h2g = [r for r in json.loads(out.stdout) if r["kernel"] == "_moe_h2g_kernel"]
+    assert len(h2g) == 2 and all("F2FP" in r["mix"] and r["local"] == 0 for r in h2g)
 
 def _two_runs(tmp_path):
     from labkit.results import PointStore
