@@ -38,7 +38,6 @@ from .linear_mma import (
     decode_step,
     gluon,
     mma_layouts,
-    smem_a_layout,
     wg_layouts,
     wgmma_reason,
 )
@@ -79,20 +78,13 @@ def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
 
 
 @triton.jit
-def _act_pos(j, LOGICAL: tl.constexpr):
-    """Position of act column j in a row: logical K order per 128-chunk (LOGICAL) or word-major."""
-    if LOGICAL:
-        return j - j % 128 + logical_pos(j % 128)
-    return word_major_pos(j)
-
-
-@triton.jit
 def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
               limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
     """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
     act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
-    weight as bf16 y[rm, j]. A row wider than N / 2 (WGMMA's: whole K steps, copied unmasked) has padding
-    columns N / 2 * (q + 1) + j < OUTW, which the program holding column j zeroes (mlp2 reads them)."""
+    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunks of a
+    row of OUTW (whole K steps): the program holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2
+    reads them)."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
     wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
@@ -104,12 +96,17 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
         lin = acc_b * sc + tl.load(b_ptr + e * N + 2 * jc + 1).to(tl.float32)[:, None]
         a = swiglu(g, lin, alpha, limit)
         row = out_ptr + rm[None, :].to(tl.int64) * OUTW
-        tl.store(row + _act_pos(j, LOGICAL)[:, None], (a * act_scale).to(tl.float16),
-                 mask=mmask[None, :] & (j < half)[:, None])
-        for q in range(0, tl.cdiv(OUTW - half, half)):  # padding column half * (q + 1) + j, once per column
-            jz = half * (q + 1) + j
-            zmask = mmask[None, :] & ((jz < OUTW) & (j < half))[:, None]
-            tl.store(row + _act_pos(jz, LOGICAL)[:, None], tl.where(zmask, 0.0, 0.0).to(tl.float16), mask=zmask)
+        if LOGICAL:
+            tl.store(row + (j - j % 128 + logical_pos(j % 128))[:, None], (a * act_scale).to(tl.float16),
+                     mask=mmask[None, :] & (j < half)[:, None])
+            for q in range(0, tl.cdiv(OUTW - half, half)):  # padding column half * (q + 1) + j, once per column
+                jz = half * (q + 1) + j
+                zmask = mmask[None, :] & ((jz < OUTW) & (j < half))[:, None]
+                tl.store(row + (jz - jz % 128 + logical_pos(jz % 128))[:, None],
+                         tl.where(zmask, 0.0, 0.0).to(tl.float16), mask=zmask)
+        else:
+            tl.store(row + word_major_pos(j)[:, None], (a * act_scale).to(tl.float16),
+                     mask=mmask[None, :] & (j < half)[:, None])
     else:
         y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
@@ -121,9 +118,9 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, LOG_E: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr, SMEM_A: tl.constexpr):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
-    (LOGICAL: x and act in logical K order, as WGMMA reads them; SMEM_A: weights, x and act word-major)."""
+    (LOGICAL: x and act in logical K order, as WGMMA reads them)."""
     tile = tl.program_id(0)
     if tile < tl.load(tiles_ptr + E):
         e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
@@ -155,15 +152,14 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, 
                 tl.device_assert(KP % (STEP * 8) == 0, "x rows must be padded to whole K steps")
                 xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8), LOGICAL)
             else:
-                xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0),
-                             SMEM_A)
+                xb = _x_step(tl.load(x_ptr + xofs + c * STEP * 8, mask=c * STEP * 8 + xpos < K, other=0.0), LOGICAL)
             va = tl.load(w_e + wa + c * WSTEP, mask=wm, other=0)
             sva = tl.load(s_e + sa + c * SSTEP, mask=sm, other=0)
-            acc_a = tc_dot(decode_step(va, sva, SMAX, NIB, SMEM_A), xb, acc_a)
+            acc_a = tc_dot(decode_step(va, sva, SMAX, NIB), xb, acc_a)
             if PHASE == 1:
                 vb = tl.load(w_e + wb + c * WSTEP, mask=wm, other=0)
                 svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
-                acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB, SMEM_A), xb, acc_b)
+                acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
                   limit, act_scale, SMAX, PHASE, LOGICAL)
 
@@ -345,8 +341,7 @@ if gluon is not None:
                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
-                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, SMEM_A: gl.constexpr,
-                       SA: gl.constexpr):
+                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -365,7 +360,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, SMEM_A, SA)
+                                SW, SS, LSC, NIB)
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
@@ -379,7 +374,7 @@ if gluon is not None:
                 j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE, not SMEM_A)
+                        alpha, limit, act_scale, SMAX, PHASE, True)
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
@@ -401,7 +396,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
     meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
-        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"] and not cfg["SMEM_A"], SMEM_A=cfg["SMEM_A"])
+        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -409,8 +404,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, SMEM_A=cfg["SMEM_A"],
-                             SA=smem_a_layout(BN, cfg["CHUNKS"]), num_warps=nw, **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
@@ -425,7 +419,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, SMEM_A=False):
+                NIB=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -438,8 +432,6 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
     (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring. NIB
     reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
-    SMEM_A (with WGMMA) stores each step's decoded weights in shared memory, word-major like x and act (whose
-    rows are still padded to whole steps), so the step's wgmma runs while the next step is decoded.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -450,9 +442,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, SMEM_A=SMEM_A)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB)
     scale = act16_scale(limit)
-    xq, xs = x_to_f16(x, pad=step, logical=WGMMA and not SMEM_A)
+    xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     tiles = tile_offsets(r, BLOCK_M)
     _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, tiles, cfg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
@@ -482,8 +474,8 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
-    if cfg.get("RING_W") or cfg.get("SMEM_A"):
-        return "RING_W and SMEM_A apply only with WGMMA"
+    if cfg.get("RING_W"):
+        return "RING_W applies only with WGMMA"
     if not stages:
         return None
     if stages < 2:
@@ -501,14 +493,12 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "SMEM_A": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "SMEM_A": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "
-                "SMEM_A: decoded weights through shared memory, each step's MMA in flight while the next is decoded; "
                 "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
