@@ -33,7 +33,7 @@ from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
 from .linear_mma import run_gemv_mma, wgmma_reason
-from .prepare import PreparedMXFP4, check_unshuffled, prepare_mxfp4, tile_mxfp4
+from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
     Variant,
     get_variant,
@@ -500,7 +500,8 @@ def _check_linear_args(x, w, bias):
 
 def linear_problem(m: int, p: PreparedMXFP4) -> dict:
     """The problem dict variants' rules see for a call of M tokens on prepared weight p."""
-    return {"m": m, "n": p.N, "k": p.K, "scale_min": p.scale_min, "scale_max": p.scale_max, "tiled": p.tiled}
+    return {"m": m, "n": p.N, "k": p.K, "scale_min": p.scale_min, "scale_max": p.scale_max, "tiled": p.tiled,
+            "shuffled": p.shuffled}
 
 
 def mxfp4_linear(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, variant: str = "auto", **config):
@@ -524,7 +525,6 @@ def mxfp4_linear(x: torch.Tensor, w, bias: torch.Tensor | None = None, *, varian
         config = {**picked, **config}
     v = get_variant(variant, "linear")
     cfg = v.check(config, problem)
-    check_unshuffled(p, cfg)
     return v.fn(x, p, bias, **cfg)
 
 

@@ -50,7 +50,7 @@ from .linear_f16 import (
     x_to_f16,
 )
 from .linear_mma import decode_f16_word_major
-from .prepare import PreparedMXFP4, check_unshuffled, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
+from .prepare import PreparedMXFP4, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
 from .routing import Routing
 from .sync import wait_count
 from .variants import (
@@ -678,7 +678,7 @@ def moe_problem(tokens: int, r: Routing, p1: PreparedMXFP4, p2: PreparedMXFP4) -
     """The problem dict MoE variants' rules see."""
     return {"op": "moe", "m": tokens, "tokens": tokens, "experts": p1.shape[0], "top_k": r.top_k,
             "n": p1.shape[1], "k": p1.shape[2], "scale_min": min(p1.scale_min, p2.scale_min),
-            "scale_max": max(p1.scale_max, p2.scale_max), "tiled": p1.tiled}
+            "scale_max": max(p1.scale_max, p2.scale_max), "tiled": p1.tiled, "shuffled": p1.shuffled}
 
 
 def _check_moe_args(x, routing, w1, b1, w2, b2):
@@ -695,6 +695,8 @@ def _check_moe_args(x, routing, w1, b1, w2, b2):
     t1, t2 = (isinstance(w, PreparedMXFP4) and w.tiled for w in (w1, w2))
     if t1 != t2:
         raise ValueError("w1 and w2 must share one layout: both tiled (tile_mxfp4) or both row-major")
+    if (isinstance(w1, PreparedMXFP4) and w1.shuffled) != (isinstance(w2, PreparedMXFP4) and w2.shuffled):
+        raise ValueError("w1 and w2 must share one layout: both shuffled (shuffle_nibbles) or neither")
     if t1 and (not w1.deinterleaved or w2.deinterleaved):
         raise ValueError("tiled MoE weights: w1 needs tile_mxfp4(..., deinterleave=True) (gate rows, then linear "
                          "rows), w2 plain tile_mxfp4")
@@ -746,6 +748,4 @@ def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: t
         config = {**picked, **config}
     v = get_variant(variant, "moe")
     cfg = v.check(config, problem)
-    check_unshuffled(p1, cfg)
-    check_unshuffled(p2, cfg)
     return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, combine=combine, **cfg)

@@ -107,13 +107,13 @@ def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
     cached = getattr(p, attr, None)
     if cached is not None:
         return cached
-    if p.shuffled:
-        raise ValueError("p is shuffled (shuffle_nibbles): tile the unshuffled weight, then shuffle the tiles")
     if p.tiled:
         if p.deinterleaved == deinterleave:
             return p
         how = " (deinterleaved)" if p.deinterleaved else ""
         raise ValueError(f"p is already tiled{how}: tile the row-major weight (prepare_mxfp4) instead")
+    if p.shuffled:
+        raise ValueError("p is shuffled (shuffle_nibbles): tile the unshuffled weight, then shuffle the tiles")
     if deinterleave and p.N % 2:
         raise ValueError(f"deinterleave needs an even number of rows (gate, linear pairs), got {p.N}")
     lead, K = p.shape[:-2], p.K
@@ -148,13 +148,6 @@ def shuffle_words(words: torch.Tensor, inverse: bool = False) -> torch.Tensor:
             src, dst = (pos, 4 * e + b) if inverse else (4 * e + b, pos)
             out |= ((v >> src) & 1) << dst
     return torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
-
-
-def check_unshuffled(p: PreparedMXFP4, cfg: dict) -> None:
-    """A weight held in shuffle_nibbles' layout is read only by NIB configs (any other would decode garbage)."""
-    if p.shuffled and not cfg.get("NIB"):
-        raise ValueError("w is in shuffle_nibbles' layout: only NIB=True configs (gemv_h2g, gemv_mma, moe_h2g, "
-                         "moe_mma) read it")
 
 
 def shuffle_nibbles(p) -> PreparedMXFP4:

@@ -9,6 +9,12 @@ default) live in kernels/tables_measured.py, written from a run folder by `labki
 
 A weight in tile_mxfp4's layout (problem["tiled"]) only runs TILED configs, so it has its own tables
 (LINEAR_TABLES_TILED, MOE_TABLES_TILED) and its own fallback: the tensor-core variants with TILED=True.
+
+A weight in shuffle_nibbles' layout (problem["shuffled"], rows or tiled) only runs NIB configs: it reads its
+layout's tables with NIB=True set on every row whose variant has the option (NIB decodes the same values in
+fewer instructions; results/*-linear-mma-nib, *-moe-mma-nib measured it against the same configs without) and
+skips the others, down to the mma.sync fallbacks with NIB. Large-M rows (dequant_gemm) have no NIB: keep a
+weight for prefill-sized batches unshuffled.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ MOE_FALLBACK = [(1 << 62, "moe_gemv", {"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 6
 #: the tiled layout's fallbacks: mma.sync tiles (every NVIDIA GPU since sm_80, and the interpreter)
 LINEAR_TILED_FALLBACK = [(1 << 62, "gemv_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "TILED": True})]
 MOE_TILED_FALLBACK = [(1 << 62, "moe_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "TILED": True})]
+#: a shuffled row-major weight's last resort (the tiled fallbacks above take NIB as they are)
+LINEAR_SHUFFLED_FALLBACK = [(1 << 62, "gemv_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4})]
+MOE_SHUFFLED_FALLBACK = [(1 << 62, "moe_mma", {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4})]
 
 LINEAR_FALLBACK = [
     (8, "gemv", {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4}),
@@ -55,13 +64,19 @@ def _keyed(name: str, key: tuple, tiled: bool = False) -> list:
 
 def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
     m = problem["m"]
+    shuffled = bool(problem.get("shuffled"))
     for table in tables:
         for max_m, name, cfg in table:
             if m <= max_m:
                 v = get_variant(name, op)
+                if shuffled and "NIB" in v.space:
+                    cfg = {**cfg, "NIB": True}
                 if v.reason({**v.defaults, **cfg}, problem) is None:
                     return name, dict(cfg)
                 break
+    if shuffled:
+        raise ValueError(f"no NIB {op} config can run {problem}: keep this weight unshuffled (prepare_mxfp4 or "
+                         "tile_mxfp4), which the exact fallbacks read")
     if problem.get("tiled"):
         raise ValueError(f"no TILED {op} config can run {problem}: keep this weight row-major (prepare_mxfp4), "
                          "which the exact fallbacks read")
@@ -73,7 +88,7 @@ def pick_linear(problem: dict) -> tuple[str, dict]:
     (N, K) (or the measured default), else the heuristic table, then the exact fallbacks."""
     tiled = bool(problem.get("tiled"))
     measured = _keyed("LINEAR_TABLES", (problem["n"], problem["k"]), tiled)
-    rest = (LINEAR_TILED_FALLBACK,) if tiled else (LINEAR_TABLE, LINEAR_FALLBACK)
+    rest = (LINEAR_TILED_FALLBACK,) if tiled else (LINEAR_TABLE, LINEAR_FALLBACK, LINEAR_SHUFFLED_FALLBACK)
     return _pick("linear", [t for t in (measured, *rest) if t], problem)
 
 
@@ -81,5 +96,5 @@ def pick_moe(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a MoE problem {m (= tokens), experts, n (= 2I), k (= H), ...}, as pick_linear."""
     tiled = bool(problem.get("tiled"))
     measured = _keyed("MOE_TABLES", (problem["experts"], problem["n"], problem["k"]), tiled)
-    rest = (MOE_TILED_FALLBACK,) if tiled else (MOE_TABLE, MOE_FALLBACK)
+    rest = (MOE_TILED_FALLBACK,) if tiled else (MOE_TABLE, MOE_FALLBACK, MOE_SHUFFLED_FALLBACK)
     return _pick("moe", [t for t in (measured, *rest) if t], problem)

@@ -44,6 +44,9 @@ class Variant:
         if problem.get("tiled") and not config.get("TILED"):
             return ("the weight is in tile_mxfp4's layout, which only TILED=True configs read"
                     + ("" if "TILED" in self.space else f" ({self.name!r} has no TILED option)"))
+        if problem.get("shuffled") and not config.get("NIB"):  # any other decode would read garbage
+            return ("the weight is in shuffle_nibbles' layout, which only NIB=True configs read"
+                    + ("" if "NIB" in self.space else f" ({self.name!r} has no NIB option)"))
         for rule in self.rules:
             r = rule(config, problem)
             if r:

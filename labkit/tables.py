@@ -12,7 +12,7 @@ variant) then refines a broad one without remeasuring it.
 
 There is one table set per weight layout (kernels.prepare): "rows" tables pick among configs that read the
 row-major weight, "tiled" tables among the TILED configs that read tile_mxfp4's copy. A weight is held in one
-layout, so a table never mixes them.
+layout, so a table never mixes them; NIB configs (shuffle_nibbles' copy) are in neither.
 
 Regret of a table on a run: for every measured problem, the time of the config auto picks there over the
 best time measured for that problem in either layout (1.0 = auto is the best; NaN = auto's pick was not
@@ -53,9 +53,12 @@ TABLE_NAMES = {("linear", "rows"): "LINEAR_TABLES", ("moe", "rows"): "MOE_TABLES
 
 
 def config_layout(config: str) -> str:
-    """The weight layout a stored config reads: "tiled" (TILED=True: tile_mxfp4's copy) or "rows". Holding
-    both copies is not an option auto may take (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100)."""
-    return "tiled" if json.loads(config).get("TILED") else "rows"
+    """The weight layout a stored config reads: "tiled" (TILED=True: tile_mxfp4's copy) or "rows", with
+    "+nib" when it reads shuffle_nibbles' copy of that (NIB=True). Holding two copies is not an option auto
+    may take (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100), so the rows and tiled tables never
+    pick NIB configs; a shuffled weight reads its layout's tables with NIB set (kernels.tables)."""
+    c = json.loads(config)
+    return ("tiled" if c.get("TILED") else "rows") + ("+nib" if c.get("NIB") else "")
 
 
 def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:

@@ -193,6 +193,25 @@ def test_a_tiled_weight_runs_through_auto_and_only_tiled_configs(m, device):
         K.mxfp4_linear(x, K.tile_mxfp4(w, deinterleave=True), b)
 
 
+@pytest.mark.parametrize("m", [1, 17])
+def test_a_shuffled_weight_runs_through_auto_with_nib(m, device):
+    """A weight held in shuffle_nibbles' layout (rows, or tiled then shuffled): auto sets NIB on its layout's
+    table rows that have it and skips the others (to the mma.sync fallback with NIB), at every token count;
+    the result is bit-identical to that config on the unshuffled weight. Configs without NIB refuse it."""
+    x, w, b, ref = make(m, 72, 160, seed=m + 1, dev=device)
+    for s in (K.shuffle_nibbles(w), K.shuffle_nibbles(K.tile_mxfp4(w))):
+        for mm in (1, 2, 8, 17, 64, 65, 512, 8192):
+            name, cfg = pick_linear(linear_problem(mm, s))
+            assert cfg["NIB"] and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg},
+                                                          linear_problem(mm, s)) is None
+        y = K.mxfp4_linear(x, s, b)
+        assert rel_err(y, ref) < tol("gemv_mma")
+        name, cfg = pick_linear(linear_problem(m, s))
+        assert torch.equal(y, K.mxfp4_linear(x, w, b, variant=name, **cfg))
+        with pytest.raises(ValueError, match="shuffle_nibbles' layout, which only NIB=True configs read"):
+            K.mxfp4_linear(x, s, b, variant="gemv_mma", TILED=s.tiled)
+
+
 def test_auto_falls_back_when_scales_leave_the_fast_window(device):
     # scale bytes 3..130: outside the bf16 decode's exact window (14..240), so auto must avoid gemv_tc/mma
     g = torch.Generator().manual_seed(0)

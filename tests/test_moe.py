@@ -103,6 +103,28 @@ def test_auto_picks_a_valid_variant(tokens, layer):
 
 
 @pytest.mark.parametrize("tokens", [1, 17])
+def test_shuffled_weights_run_through_auto_with_nib(tokens, layer, device):
+    """MoE weights held in shuffle_nibbles' layout: auto picks NIB configs at every token count, matches the
+    reference and that config on the unshuffled weights; w1 and w2 must both be shuffled or neither."""
+    w1, b1, w2, b2 = (t.to(device) for t in layer)
+    s1, s2 = K.shuffle_nibbles(w1), K.shuffle_nibbles(w2)
+    for t in (1, 8, 64, 4096):
+        problem = moe_problem(t, K.route(torch.randn(t, E), TOPK), s1, s2)
+        name, cfg = pick_moe(problem)
+        assert cfg["NIB"] and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg}, problem) is None
+    sample = rgen.generate("uniform", tokens, E, TOPK, seed=tokens)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    y = K.moe_mxfp4(x.to(device), r, s1, b1, s2, b2)
+    assert rel_err(y, ref) < TOL
+    name, cfg = pick_moe(moe_problem(tokens, r, s1, s2))
+    assert torch.equal(y, K.moe_mxfp4(x.to(device), r, w1, b1, w2, b2, variant=name, **cfg))
+    with pytest.raises(ValueError, match="both shuffled"):
+        K.moe_mxfp4(x.to(device), r, s1, b1, w2, b2)
+
+
+@pytest.mark.parametrize("tokens", [1, 17])
 def test_tiled_weights_run_through_auto(tokens, layer, device):
     """MoE weights held in tile_mxfp4's layout (w1 de-interleaved): auto picks TILED configs at every token
     count, matches the reference, and gives the same output as that config on the row-major weights."""

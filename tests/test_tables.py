@@ -57,19 +57,22 @@ def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
 
 def test_each_layout_has_its_own_tables_and_regret_counts_the_other(tmp_path):
     """TILED configs read tile_mxfp4's copy of the weight: the rows tables never pick them (a weight is held in
-    one layout), the tiled tables pick only them, and regret measures both against the best of either; a
+    one layout), the tiled tables pick only them, neither picks NIB configs (shuffle_nibbles' copy), and
+    regret measures both against the best of any layout; a
     stored config without an option added later (here TILED) matches the table config that spells out that
     option's default."""
     mma = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2}
     run = _run(tmp_path, [_pt("a", 128, 4, "gemv_mma", 10, mma), _pt("a", 128, 4, "gemv", 9),
-                          _pt("a", 128, 4, "gemv_mma", 8, {**mma, "TILED": True})])
+                          _pt("a", 128, 4, "gemv_mma", 8, {**mma, "TILED": True}),
+                          _pt("a", 128, 4, "gemv_mma", 7, {**mma, "NIB": True}),  # shuffle_nibbles' copy
+                          _pt("a", 128, 4, "gemv_mma", 7, {**mma, "TILED": True, "NIB": True})])
     t = derive_tables(run, "linear")
     assert t[(128, 64)] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
     tiled = derive_tables(run, "linear", layout="tiled")
     assert tiled[(128, 64)] == tiled["default"] == [(1 << 62, "gemv_mma", {**mma, "TILED": True})]
-    assert regret(run, tiled, "linear")["regret"].tolist() == [1.0]
+    assert regret(run, tiled, "linear")["regret"].round(3).tolist() == [round(8 / 7, 3)]
     r = regret(run, {"default": [(1 << 62, "gemv_mma", {**mma, "TILED": False, "MAXNREG": None})]}, "linear")
-    assert r["regret"].round(3).tolist() == [1.25]
+    assert r["regret"].round(3).tolist() == [round(10 / 7, 3)]
     only_rows = _run(tmp_path / "r", [_pt("a", 128, 4, "gemv", 9)])
     with pytest.raises(ValueError, match="tiled layout"):
         derive_tables(only_rows, "linear", layout="tiled")
