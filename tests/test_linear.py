@@ -172,6 +172,20 @@ def test_auto_picks_a_valid_variant(m):
     assert v.reason({**v.defaults, **cfg}, problem) is None
 
 
+def auto_serves_held_layout(x, held, w, b, ref, flag):
+    """Auto on a weight held in another layout (`held`, made from the row-major `w`): at every token count its
+    pick sets `flag` and passes the variant's rules; the output is within the bound and bit-identical to that
+    config on `w`."""
+    for mm in (1, 2, 8, 17, 64, 65, 512, 8192):
+        problem = linear_problem(mm, held)
+        name, cfg = pick_linear(problem)
+        assert cfg.get(flag) and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg}, problem) is None
+    y = K.mxfp4_linear(x, held, b)
+    assert rel_err(y, ref) < tol("gemv_mma")
+    name, cfg = pick_linear(linear_problem(x.shape[0], held))
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant=name, **cfg))
+
+
 @pytest.mark.parametrize("m", [1, 3, 17])
 def test_a_tiled_weight_runs_through_auto_and_only_tiled_configs(m, device):
     """A weight held in tile_mxfp4's layout (the row-major copy dropped): auto picks from the tiled tables,
@@ -179,14 +193,7 @@ def test_a_tiled_weight_runs_through_auto_and_only_tiled_configs(m, device):
     Configs that read row-major weights refuse it with the layout named."""
     x, w, b, ref = make(m, 72, 160, seed=m, dev=device)
     t = K.tile_mxfp4(w)
-    for mm in (1, 2, 8, 17, 64, 65, 512, 8192):
-        name, cfg = pick_linear(linear_problem(mm, t))
-        assert cfg.get("TILED") and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg},
-                                                             linear_problem(mm, t)) is None
-    y = K.mxfp4_linear(x, t, b)
-    assert rel_err(y, ref) < tol("gemv_mma")
-    name, cfg = pick_linear(linear_problem(m, t))
-    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant=name, **cfg))
+    auto_serves_held_layout(x, t, w, b, ref, "TILED")
     with pytest.raises(ValueError, match="tile_mxfp4's layout, which only TILED=True configs read"):
         K.mxfp4_linear(x, t, b, variant="gemv")
     with pytest.raises(ValueError, match="deinterleave=True"):
@@ -200,14 +207,7 @@ def test_a_shuffled_weight_runs_through_auto_with_nib(m, device):
     the result is bit-identical to that config on the unshuffled weight. Configs without NIB refuse it."""
     x, w, b, ref = make(m, 72, 160, seed=m + 1, dev=device)
     for s in (K.shuffle_nibbles(w), K.shuffle_nibbles(K.tile_mxfp4(w))):
-        for mm in (1, 2, 8, 17, 64, 65, 512, 8192):
-            name, cfg = pick_linear(linear_problem(mm, s))
-            assert cfg["NIB"] and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg},
-                                                          linear_problem(mm, s)) is None
-        y = K.mxfp4_linear(x, s, b)
-        assert rel_err(y, ref) < tol("gemv_mma")
-        name, cfg = pick_linear(linear_problem(m, s))
-        assert torch.equal(y, K.mxfp4_linear(x, w, b, variant=name, **cfg))
+        auto_serves_held_layout(x, s, w, b, ref, "NIB")
         with pytest.raises(ValueError, match="shuffle_nibbles' layout, which only NIB=True configs read"):
             K.mxfp4_linear(x, s, b, variant="gemv_mma", TILED=s.tiled)
 

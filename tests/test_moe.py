@@ -102,26 +102,35 @@ def test_auto_picks_a_valid_variant(tokens, layer):
         assert n in MOE
 
 
+def auto_serves_held_layout(h1, h2, layer, device, tokens, flag, routing, seed):
+    """Auto on MoE weights held in another layout (h1, h2, made from the layer's row-major w1, w2): at every
+    token count its pick sets `flag` and passes the variant's rules; on `tokens` tokens routed by `routing`
+    the output is within the bound and bit-identical to that config on w1, w2. Returns (x, routing) on device."""
+    w1, b1, w2, b2 = (t.to(device) for t in layer)
+    for t in (1, 8, 64, 4096):
+        problem = moe_problem(t, K.route(torch.randn(t, E), TOPK), h1, h2)
+        name, cfg = pick_moe(problem)
+        assert cfg.get(flag) and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg}, problem) is None
+    sample = rgen.generate(routing, tokens, E, TOPK, seed=tokens)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+    y = K.moe_mxfp4(x.to(device), r, h1, b1, h2, b2)
+    assert rel_err(y, ref) < TOL
+    name, cfg = pick_moe(moe_problem(tokens, r, h1, h2))
+    assert torch.equal(y, K.moe_mxfp4(x.to(device), r, w1, b1, w2, b2, variant=name, **cfg))
+    return x.to(device), r
+
+
 @pytest.mark.parametrize("tokens", [1, 17])
 def test_shuffled_weights_run_through_auto_with_nib(tokens, layer, device):
     """MoE weights held in shuffle_nibbles' layout: auto picks NIB configs at every token count, matches the
     reference and that config on the unshuffled weights; w1 and w2 must both be shuffled or neither."""
     w1, b1, w2, b2 = (t.to(device) for t in layer)
     s1, s2 = K.shuffle_nibbles(w1), K.shuffle_nibbles(w2)
-    for t in (1, 8, 64, 4096):
-        problem = moe_problem(t, K.route(torch.randn(t, E), TOPK), s1, s2)
-        name, cfg = pick_moe(problem)
-        assert cfg["NIB"] and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg}, problem) is None
-    sample = rgen.generate("uniform", tokens, E, TOPK, seed=tokens)
-    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
-    y = K.moe_mxfp4(x.to(device), r, s1, b1, s2, b2)
-    assert rel_err(y, ref) < TOL
-    name, cfg = pick_moe(moe_problem(tokens, r, s1, s2))
-    assert torch.equal(y, K.moe_mxfp4(x.to(device), r, w1, b1, w2, b2, variant=name, **cfg))
+    x, r = auto_serves_held_layout(s1, s2, layer, device, tokens, "NIB", "uniform", seed=4)
     with pytest.raises(ValueError, match="both shuffled"):
-        K.moe_mxfp4(x.to(device), r, s1, b1, w2, b2)
+        K.moe_mxfp4(x, r, s1, b1, w2, b2)
 
 
 @pytest.mark.parametrize("tokens", [1, 17])
@@ -130,24 +139,13 @@ def test_tiled_weights_run_through_auto(tokens, layer, device):
     count, matches the reference, and gives the same output as that config on the row-major weights."""
     w1, b1, w2, b2 = (t.to(device) for t in layer)
     t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
-    for t in (1, 8, 64, 4096):
-        name, cfg = pick_moe(moe_problem(t, K.route(torch.randn(t, E), TOPK), t1, t2))
-        assert cfg["TILED"] and K.VARIANTS[name].reason({**K.VARIANTS[name].defaults, **cfg}, moe_problem(
-            t, K.route(torch.randn(t, E), TOPK), t1, t2)) is None
-    sample = rgen.generate("zipf(1.2)", tokens, E, TOPK, seed=tokens)
-    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
-    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
-    y = K.moe_mxfp4(x.to(device), r, t1, b1, t2, b2)
-    assert rel_err(y, ref) < TOL
-    name, cfg = pick_moe(moe_problem(tokens, r, t1, t2))
-    assert torch.equal(y, K.moe_mxfp4(x.to(device), r, w1, b1, w2, b2, variant=name, **cfg))
+    x, r = auto_serves_held_layout(t1, t2, layer, device, tokens, "TILED", "zipf(1.2)", seed=3)
     with pytest.raises(ValueError, match="only TILED=True configs read"):
-        K.moe_mxfp4(x.to(device), r, t1, b1, t2, b2, variant="moe_h2g")
+        K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g")
     with pytest.raises(ValueError, match="share one layout"):
-        K.moe_mxfp4(x.to(device), r, t1, b1, w2, b2)
+        K.moe_mxfp4(x, r, t1, b1, w2, b2)
     with pytest.raises(ValueError, match="deinterleave=True"):
-        K.moe_mxfp4(x.to(device), r, K.tile_mxfp4(w1), b1, t2, b2)
+        K.moe_mxfp4(x, r, K.tile_mxfp4(w1), b1, t2, b2)
 
 
 def test_bad_input_errors(layer, device):
