@@ -371,24 +371,27 @@ def act16_scale(limit: float) -> float:
 
 
 @triton.jit
-def tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E: tl.constexpr, BLOCK_M: tl.constexpr):
-    """(expert, first sorted position, end of the expert's positions) of token tile `tile` (tiles from
-    tile_offsets): the expert is the largest e with tiles[e] <= tile (empty experts share their neighbour's
-    offset)."""
-    lo = 0
-    hi = E
-    for _ in tl.static_range(LOG_E):
-        mid = (lo + hi) // 2
-        go = tl.load(tiles_ptr + mid) <= tile
-        lo = tl.where(go, mid, lo)
-        hi = tl.where(go, hi, mid)
-    m0 = tl.load(offs_ptr + lo) + (tile - tl.load(tiles_ptr + lo)) * BLOCK_M
-    return lo, m0, tl.load(offs_ptr + lo + 1)
+def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr):
+    """(expert, first sorted position, end of the expert's positions, whether the tile exists) of token tile
+    `tile`, where an expert with c slots owns ceil(c / BLOCK_M) tiles in expert order and spare programs of the
+    worst-case grid (tile_slots) get False. re: arange over a power of two >= E (expert_span) in the caller's
+    layout. Every program derives its tile from the offsets (one load round and a scan) because a per-call
+    table of tile offsets cost five small torch launches, ~12 us of a layer whatever its size
+    (results/20261124T*-moe-stages)."""
+    em = re < E
+    lo = tl.load(offs_ptr + re, mask=em, other=0)
+    hi = tl.load(offs_ptr + 1 + re, mask=em, other=0)
+    n = (hi - lo + (BLOCK_M - 1)) // BLOCK_M
+    last = tl.cumsum(n, 0)  # tiles of experts 0..e
+    e = tl.sum((last <= tile).to(tl.int32), 0)  # the first expert whose tiles reach past `tile`
+    here = re == e
+    m0 = tl.sum(tl.where(here, lo, 0), 0) + (tile - tl.sum(tl.where(here, last - n, 0), 0)) * BLOCK_M
+    return e, m0, tl.sum(tl.where(here, hi, 0), 0), e < E
 
 
 @triton.jit
-def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KA,
-                   TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, LOG_E: tl.constexpr,
+def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KA,
+                   TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, EP: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, F16: tl.constexpr = False):
     """Grouped GEMM: acc[N tile, token tile] += decoded W tile @ input tile, per K step of BLOCK_K.
 
@@ -397,9 +400,8 @@ def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr,
     x_to_f16's word-major order) against fp16 rows (x_to_f16's, or mlp1's ACT16 act), rescaled in the epilogue.
     About 2x fewer instructions per weight than the bf16 decode, so a token tile of 256 keeps the tensor cores
     ahead of instruction issue (the limit of moe_mma's prefill)."""
-    tile = tl.program_id(0)
-    if tile < tl.load(tiles_ptr + E):  # the grid is sized for the worst case; spare programs exit
-        e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+    e, m0, end, live = tile_rows(offs_ptr, tl.program_id(0), tl.arange(0, EP), E, BLOCK_M)
+    if live:  # the grid is sized for the worst case; spare programs exit
         rm = m0 + tl.arange(0, BLOCK_M)
         mmask = rm < end
         slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
@@ -518,13 +520,13 @@ def _nibbles(p: PreparedMXFP4, cfg) -> PreparedMXFP4:
     return shuffle_nibbles(p) if cfg.get("NIB") else p
 
 
-def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, tiles):
+def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     grid = (tile_slots(r, BM), triton.cdiv(N, cfg["BLOCK_N"]))
-    _moe_tc_kernel[grid](src, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K,
+    _moe_tc_kernel[grid](src, xs, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K,
                          src.shape[1], r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E,
-                         PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                         PHASE=phase, EP=expert_span(E), BLOCK_M=BM, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                          F16=cfg.get("F16", False), num_warps=cfg["num_warps"], num_stages=cfg.get("num_stages", 3))
 
 
@@ -534,16 +536,9 @@ def tile_slots(r: Routing, block_m: int) -> int:
     return triton.cdiv(S, block_m) + min(r.num_experts, S)
 
 
-def log_experts(E: int) -> int:
-    """Steps of tile_rows' binary search over E experts."""
-    return max(1, math.ceil(math.log2(E)))
-
-
-def tile_offsets(r: Routing, block_m: int) -> torch.Tensor:
-    """[E + 1] cumulative count of BLOCK_M-token tiles per expert (device side, no sync)."""
-    tiles = torch.zeros(r.num_experts + 1, dtype=torch.int32, device=r.counts.device)
-    tiles[1:] = torch.cumsum((r.counts + (block_m - 1)) // block_m, 0)
-    return tiles
+def expert_span(E: int) -> int:
+    """The power of two >= E that tile_rows' vector over experts spans."""
+    return max(2, triton.next_power_of_2(E))
 
 
 def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
@@ -580,15 +575,14 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
     else:
-        tiles = tile_offsets(r, cfg["BLOCK_M"])
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
             scale = act16_scale(limit)
             x, xs = x_to_f16(x)  # (a plane-major x16 from router_logits is moe_h2g's, not this order)
             act = act.view(torch.float16)
         else:
             scale, xs = 1.0, x  # xs unused
-        _launch_tc(1, x, xs, r, p1, b1, act, alpha, limit, scale, cfg, tiles)
-        _launch_tc(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg, tiles)
+        _launch_tc(1, x, xs, r, p1, b1, act, alpha, limit, scale, cfg)
+        _launch_tc(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 

@@ -41,7 +41,7 @@ from .linear_mma import (
     wg_layouts,
     wgmma_reason,
 )
-from .moe import MoESlots, act16_scale, log_experts, swiglu, tile_offsets, tile_rows, tile_slots, word_major_pos
+from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, tile_mxfp4
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
@@ -115,15 +115,14 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 
 
 @triton.jit
-def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                  OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, LOG_E: tl.constexpr,
+def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                  OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
                   LOGICAL: tl.constexpr, NIB: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them)."""
-    tile = tl.program_id(0)
-    if tile < tl.load(tiles_ptr + E):
-        e, m0, end = tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+    e, m0, end, live = tile_rows(offs_ptr, tl.program_id(0), tl.arange(0, EP), E, BLOCK_M)
+    if live:
         KW = K // 8
         KB = K // 32
         j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -171,13 +170,17 @@ if gluon is not None:
     _g_epilogue = gluon.jit(_epilogue.fn)
 
     @gluon.jit
-    def _g_tile(tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE,
-                PHASE: gl.constexpr, LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr):
-        """A program's expert token tile (e, first and end sorted position) and the offsets its K steps load
-        from: weight words and scale bytes of the two row sets (layout LW), their K positions for the tail
-        masks (group, block), and x's gathered rows (layout LX; K positions xpos)."""
-        e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+    def _g_experts(EP: gl.constexpr):
+        """tile_rows' vector over experts (a scan needs a plain blocked layout)."""
+        return gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+
+    @gluon.jit
+    def _g_tile(sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE: gl.constexpr,
+                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
+                LW: gl.constexpr, LX: gl.constexpr):
+        """The offsets the K steps of expert e's token tile (sorted positions m0..end) load from: weight words
+        and scale bytes of the two row sets (layout LW), their K positions for the tail masks (group, block),
+        and x's gathered rows (layout LX; K positions xpos)."""
         ra, rb = _g_rows(gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N, PHASE, TILED)
         w_e = w_ptr + e.to(gl.int64) * WE
         s_e = s_ptr + e.to(gl.int64) * SE
@@ -191,7 +194,7 @@ if gluon is not None:
         xr = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LX))))
         xpos = (xc * 128)[None, :, None, None] + (xt * 32)[None, None, :, None] + xr[None, None, None, :]
         xofs = gl.multiple_of(src.to(gl.int64) * KP, 8)[:, None, None, None] + xpos  # K % 32 == 0
-        return e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos
+        return w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos
 
     @gluon.jit
     def _g_load(w_e, s_e, wofs, sofs, group, block, c, KW, KB, STEP: gl.constexpr, MASKED: gl.constexpr,
@@ -208,16 +211,17 @@ if gluon is not None:
         return v, s
 
     @gluon.jit
-    def _moe_mma_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+    def _moe_mma_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                         K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
-                        LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                         TILED: gl.constexpr, PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
                         MMA: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
-        tile = gl.program_id(0)
-        if tile < gl.load(tiles_ptr + E):
-            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos = _g_tile(
-                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
+        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
+                                        BLOCK_M)
+        if live:
+            w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos = _g_tile(
+                sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE, BLOCK_M,
                 BLOCK_N, CHUNKS, TILED, LW, LX)
             KW = K // 8
             KB = K // 32
@@ -278,19 +282,20 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _moe_ring_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+    def _moe_ring_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                          K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
-                         LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                         EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                          TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
                          MMA: gl.constexpr, SW: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
                          NIB: gl.constexpr):
         """moe_mma's K loop with the weight words and x of the next STAGES - 1 steps in flight as cp.async
         copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
-        tile = gl.program_id(0)
-        if tile < gl.load(tiles_ptr + E):
-            e, m0, end, w_e, s_e, wa, sa, wb, sb, group, block, xcofs, xcpos = _g_tile(
-                tiles_ptr, offs_ptr, sorted_ptr, w_ptr, s_ptr, tile, N, K, KP, TOPK, E, WE, SE, PHASE, LOG_E, BLOCK_M,
+        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
+                                        BLOCK_M)
+        if live:
+            w_e, s_e, wa, sa, wb, sb, group, block, xcofs, xcpos = _g_tile(
+                sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE, BLOCK_M,
                 BLOCK_N, CHUNKS, TILED, LW, LXCP)
             KW = K // 8
             KB = K // 32
@@ -336,9 +341,9 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
-    def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, tiles_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+    def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
-                       LOG_E: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                       EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
@@ -348,9 +353,10 @@ if gluon is not None:
         brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound)."""
-        tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
-        if tile < gl.load(tiles_ptr + E):
-            e, m0, end = _g_tile_rows(tiles_ptr, offs_ptr, tile, E, LOG_E, BLOCK_M)
+        # N tiles vary fastest: an x tile and an expert's weights stay in L2
+        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(1), _g_experts(EP), E,
+                                        BLOCK_M)
+        if live:
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
@@ -377,7 +383,7 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, True)
 
 
-def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, tiles, cfg):
+def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg):
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -390,10 +396,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, ti
         p = tile_mxfp4(p, deinterleave=phase == 1)
     if cfg["NIB"]:
         p = shuffle_nibbles(p)
-    args = (x16, xs, r.sorted, r.offsets, tiles, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
+    args = (x16, xs, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
             out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E, p.words.stride(0),
             p.scales.stride(0))
-    meta = dict(PHASE=phase, LOG_E=log_experts(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
+    meta = dict(PHASE=phase, EP=expert_span(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
@@ -445,9 +451,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
-    tiles = tile_offsets(r, BLOCK_M)
-    _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, tiles, cfg)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, tiles, cfg)
+    _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import kernels as K
-from kernels.moe import moe_problem
+from kernels._triton import tl, triton
+from kernels.moe import expert_span, moe_problem, tile_rows
 from kernels.tables import MOE_TABLE, pick_moe
 from labkit import routing as rgen
 
@@ -82,6 +83,31 @@ def test_route_with_duplicates_and_empty_experts(device):
     assert r.counts.tolist() == [0, 0, 3, 0, 0, 1, 0, 0]
     assert r.offsets.tolist() == [0, 0, 0, 3, 3, 3, 4, 4, 4]
     assert r.sorted.tolist() == [0, 1, 2, 3]
+
+
+@triton.jit
+def _tile_rows_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr):
+    tile = tl.program_id(0)
+    e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
+    i = tl.arange(0, 4)
+    tl.store(out_ptr + tile * 4 + i, tl.where(i == 0, e, tl.where(i == 1, m0, tl.where(i == 2, end, live.to(tl.int32)))))
+
+
+@pytest.mark.parametrize("counts,block_m", [([0, 3, 0, 0, 17, 1], 8), ([40], 16), ([0, 0, 5], 8),
+                                            ([9, 8, 7, 0, 0, 1, 16, 2, 0], 4)])
+def test_tile_rows_enumerates_each_experts_tiles_then_spares(counts, block_m, device):
+    """Every program of the worst-case grid finds its expert tile from the offsets alone: expert e with c slots
+    owns ceil(c / BLOCK_M) consecutive tiles of BLOCK_M positions (the last one short), empty experts none,
+    and the programs past the last tile are spare. E not a power of two and one expert only included."""
+    offs = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    want = [(e, m0, int(offs[e + 1]), 1) for e, c in enumerate(counts) for m0 in range(int(offs[e]),
+            int(offs[e]) + c, block_m)]
+    slots = len(want) + 3
+    out = torch.full((slots, 4), -1, dtype=torch.int32, device=device)
+    _tile_rows_probe[(slots,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m)
+    got = [tuple(row) for row in out.cpu().tolist()]
+    assert got[:len(want)] == want
+    assert all(live == 0 for *_, live in got[len(want):])
 
 
 def test_zero_tokens_layer(layer, device):
