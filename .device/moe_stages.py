@@ -16,7 +16,8 @@ from kernels import moe_mma as MM
 from kernels.linear_f16 import x_to_f16
 from kernels.moe import MoESlots, act16_scale, moe_problem
 from labkit import routing as routing_gen
-from labkit.bench import ON_GPU, device as dev, settle_allocator, time_calls
+from labkit.bench import ON_GPU, settle_allocator, time_calls
+from labkit.bench import device as dev
 from labkit.bench_moe import MoEBench, MoECase, _relabel, point_seed
 from labkit.compile import precompile
 from labkit.runs import probe_run

@@ -90,7 +90,8 @@ def _tile_rows_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constex
     tile = tl.program_id(0)
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     i = tl.arange(0, 4)
-    tl.store(out_ptr + tile * 4 + i, tl.where(i == 0, e, tl.where(i == 1, m0, tl.where(i == 2, end, live.to(tl.int32)))))
+    row = tl.where(i == 0, e, tl.where(i == 1, m0, tl.where(i == 2, end, live.to(tl.int32))))
+    tl.store(out_ptr + tile * 4 + i, row)
 
 
 @pytest.mark.parametrize("counts,block_m", [([0, 3, 0, 0, 17, 1], 8), ([40], 16), ([0, 0, 5], 8),
