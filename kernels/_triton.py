@@ -27,25 +27,33 @@ INTERP = tl.constexpr(INTERPRETED)
 #: results/20261122T2245*-pdl1 against -pdl0). griddepcontrol exists from sm_90 on, so kernels only emit it there.
 HOPPER = not INTERPRETED and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 GDC = tl.constexpr(HOPPER)
-#: launch the decode-path kernels with PDL: LAB_PDL=1 everywhere; the model turns it on for its own forward
-#: passes (pdl_scope) unless LAB_PDL=0. Off by default so kernel sweeps time one launch at a time, as before.
-PDL = HOPPER and os.environ.get("LAB_PDL", "") == "1"
+#: Which launches use PDL. LAB_PDL=1: every decode-path kernel (each op's first launch then overlaps the op
+#: before it, as back-to-back layers of a model do); LAB_PDL=0: none. Unset: only launches that follow another
+#: launch of the same op call (pdl_launch(inner=True): the GEMV after its x_to_f16, a MoE layer's mlp1, mlp2
+#: and combine), so an op timed alone starts after the one before it has ended, as before, while its own
+#: kernels overlap their launches. The model turns every launch on for its forward passes (pdl_scope).
+_LAB_PDL = os.environ.get("LAB_PDL", "")
+PDL = HOPPER and _LAB_PDL == "1"
+INNER_PDL = HOPPER and _LAB_PDL != "0"
 
 
-def pdl_launch() -> dict:
-    """Launch options of a decode-path kernel: {"launch_pdl": True} while PDL is on, else none."""
-    return {"launch_pdl": True} if PDL else {}
+def pdl_launch(inner: bool = False) -> dict:
+    """Launch options of a kernel that starts with pdl_enter: {"launch_pdl": True} while PDL is on for it
+    (inner: the kernel follows a launch of the same op call), else none."""
+    return {"launch_pdl": True} if PDL or (inner and INNER_PDL) else {}
 
 
 @contextlib.contextmanager
 def pdl_scope(on: bool = True):
-    """Launches inside use PDL when `on` (and the GPU has it); the previous setting is restored after."""
-    global PDL
-    before, PDL = PDL, bool(on) and HOPPER
+    """Every launch inside uses PDL when `on` (and the GPU has it), none when not; the settings are restored
+    after."""
+    global PDL, INNER_PDL
+    before, PDL = (PDL, INNER_PDL), bool(on) and HOPPER
+    INNER_PDL = PDL
     try:
         yield PDL
     finally:
-        PDL = before
+        PDL, INNER_PDL = before
 
 
 @triton.jit

@@ -567,7 +567,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch())
+                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch(inner=True))
     return y
 
 

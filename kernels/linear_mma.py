@@ -38,7 +38,7 @@ import functools
 
 import torch
 
-from ._triton import INTERPRETED, tl, triton
+from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
@@ -181,6 +181,7 @@ if gluon is not None:
     _g_x_chunks = gluon.jit(_x_chunks.fn)
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
+    _g_pdl_enter = gluon.jit(pdl_enter.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -214,6 +215,7 @@ if gluon is not None:
                     PREFETCH: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
                     MMA: gl.constexpr, NIB: gl.constexpr):
         """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+        _g_pdl_enter()
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
         KW = K // 8
@@ -390,6 +392,7 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers."""
+        _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
@@ -540,9 +543,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra)
+                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
-        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps, **extra)
+        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps, **extra,
+                          **pdl_launch(inner=True))
     return y

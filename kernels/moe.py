@@ -469,7 +469,7 @@ class MoESlots:
         out = torch.empty((T, H), device=self.rows.device, dtype=torch.bfloat16)
         if T:
             _combine_kernel[(T, triton.cdiv(H, 1024))](self.rows, self.inverse, out, H, TOPK=self.top_k,
-                                                       BLOCK_H=1024, **pdl_launch())
+                                                       BLOCK_H=1024, **pdl_launch(inner=True))
         return out
 
 
@@ -500,7 +500,8 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                          num_warps=cfg["num_warps"], num_stages=1)
 
 
-def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg):
+def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True):
+    """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2)."""
     E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
@@ -512,7 +513,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
                           PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
-                          **pdl_launch())
+                          **pdl_launch(inner))
 
 
 def _nibbles(p: PreparedMXFP4, cfg) -> PreparedMXFP4:
@@ -563,7 +564,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         scale = act16_scale(limit)
         xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
-        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg)
+        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
             p2 = _nibbles(p2, cfg)

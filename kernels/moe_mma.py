@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERPRETED, tl, triton
+from ._triton import INTERPRETED, pdl_launch, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -49,7 +49,15 @@ if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-    from .linear_mma import _g_step, _g_wg_program, _g_word_offsets, ring_layouts, row_layout, wg_ring_layouts
+    from .linear_mma import (
+        _g_pdl_enter,
+        _g_step,
+        _g_wg_program,
+        _g_word_offsets,
+        ring_layouts,
+        row_layout,
+        wg_ring_layouts,
+    )
 
 
 @triton.jit
@@ -217,6 +225,7 @@ if gluon is not None:
                         TILED: gl.constexpr, PREFETCH: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
                         MMA: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
+        _g_pdl_enter()
         e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
                                         BLOCK_M)
         if live:
@@ -291,6 +300,7 @@ if gluon is not None:
         """moe_mma's K loop with the weight words and x of the next STAGES - 1 steps in flight as cp.async
         copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
+        _g_pdl_enter()
         e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
                                         BLOCK_M)
         if live:
@@ -353,6 +363,7 @@ if gluon is not None:
         brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound)."""
+        _g_pdl_enter()
         # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(1), _g_experts(EP), E,
                                         BLOCK_M)
@@ -407,13 +418,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         EPI = gl.BlockedLayout([2, 1, 1], [1, 4, 8], [1, nw, 1], [0, 2, 1])  # a column's gate/linear pair per thread
-        extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
+        extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
-        extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}
+        extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         if cfg.get("STAGES"):
             SW, SX, LXCP = ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
             _moe_ring_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA, SW=SW, SX=SX,

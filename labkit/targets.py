@@ -14,6 +14,7 @@ touched, and samples differ between runs.
 
 Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
 starts while the one before drains, an overlap of back-to-back layers that one call of the op never gets.
+(Unset, the default, launches only an op's own later kernels with PDL: its first waits for the op before.)
 """
 
 from __future__ import annotations

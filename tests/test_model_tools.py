@@ -277,3 +277,19 @@ def test_gpu_breakdown_charges_kernels_to_the_innermost_range_window():
     top = k.iloc[0]
     assert (top["range"], top["launches"], top["us"], top["us_per_launch"]) == ("moe", 1.0, 17.0, 17.0)
     assert k.set_index("kernel").loc["_combine_kernel", "range"] == "other"
+
+
+def test_pdl_modes(monkeypatch):
+    """LAB_PDL unset: only launches inside one op call (inner) use PDL; LAB_PDL=1: all; pdl_scope(False): none,
+    restored after the scope."""
+    import kernels._triton as T
+
+    monkeypatch.setattr(T, "HOPPER", True)
+    monkeypatch.setattr(T, "PDL", False)
+    monkeypatch.setattr(T, "INNER_PDL", True)
+    assert T.pdl_launch() == {} and T.pdl_launch(inner=True) == {"launch_pdl": True}
+    with T.pdl_scope(False):
+        assert T.pdl_launch(inner=True) == {}
+    with T.pdl_scope(True):
+        assert T.pdl_launch() == {"launch_pdl": True}
+    assert T.pdl_launch() == {} and T.pdl_launch(inner=True) == {"launch_pdl": True}
