@@ -76,6 +76,15 @@ def git_commit() -> str | None:
         return None
 
 
+def pdl_mode() -> str:
+    """Which launches use programmatic dependent launch here: "all" (LAB_PDL=1), "inner" (unset: an op's own
+    later kernels, kernels._triton.pdl_launch), "off" (LAB_PDL=0 or no Hopper GPU). Runs before 7e5af77 had
+    no inner mode: unset meant off."""
+    from kernels import _triton
+
+    return "all" if _triton.PDL else "inner" if _triton.INNER_PDL else "off"
+
+
 def environment() -> dict:
     """Everything `labkit info` prints and every run's meta.json records about the machine."""
     info = gpu_info()
@@ -86,6 +95,7 @@ def environment() -> dict:
         "triton_mode": triton_mode(),
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
         "lab_pdl": os.environ.get("LAB_PDL"),  # "1": kernel launches use programmatic dependent launch
+        "pdl": pdl_mode(),
         "executable": sys.executable,
     })
     for pkg in PACKAGES:

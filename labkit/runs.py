@@ -93,6 +93,7 @@ def create_run(name: str, *, parameters: dict | None = None, out: str | Path | N
         "triton": env["triton"],
         "triton_mode": env["triton_mode"],
         "lab_pdl": env["lab_pdl"],
+        "pdl": env["pdl"],
         "git_commit": git_commit(),
         "host": env["host"],
         "started": _now(),
