@@ -11,15 +11,20 @@ A weight in tile_mxfp4's layout (problem["tiled"]) only runs TILED configs, so i
 (LINEAR_TABLES_TILED, MOE_TABLES_TILED) and its own fallback: the tensor-core variants with TILED=True.
 
 A weight in shuffle_nibbles' layout (problem["shuffled"], rows or tiled) only runs NIB configs: it reads its
-layout's tables with NIB=True set on every row whose variant has the option (NIB decodes the same values in
-fewer instructions; results/*-linear-mma-nib, *-moe-mma-nib measured it against the same configs without) and
-skips the others, down to the mma.sync fallbacks with NIB. Large-M rows (dequant_gemm) have no NIB: keep a
+layout's NIB tables (*_NIB, derived from NIB configs alone), then its layout's plain tables with NIB=True set
+on every row whose variant has the option (NIB decodes the same values in fewer instructions;
+results/*-linear-mma-nib, *-moe-mma-nib measured it against the same configs without) and skips the others,
+down to the mma.sync fallbacks with NIB. Large-M rows (dequant_gemm) have no NIB: keep a
 weight for prefill-sized batches unshuffled.
 """
 
 from __future__ import annotations
 
+from .prepare import WEIGHT_LAYOUTS
 from .variants import get_variant
+
+#: the layouts auto has tables for: the two a weight is held in, and each held as shuffle_nibbles' copy
+TABLE_LAYOUTS = (*WEIGHT_LAYOUTS, *(f"{w}+nib" for w in WEIGHT_LAYOUTS))
 
 LINEAR_TABLE = [
     (1, "gemv", {"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4}),
@@ -54,9 +59,10 @@ except ImportError:  # pragma: no cover
     _measured = None
 
 
-def _keyed(name: str, key: tuple, tiled: bool = False) -> list:
+def _keyed(name: str, key: tuple, tiled: bool = False, nib: bool = False) -> list:
     """The measured rows for this shape (or the measured default) of the weight's layout, if any."""
-    tables = getattr(_measured, name + ("_TILED" if tiled else ""), None) if _measured else None
+    tables = getattr(_measured, name + ("_TILED" if tiled else "") + ("_NIB" if nib else ""), None) \
+        if _measured else None
     if not tables:
         return []
     return tables.get(key) or tables.get("default") or []
@@ -86,15 +92,15 @@ def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
 def pick_linear(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a linear problem {m, n, k, scale_min, scale_max}: the measured table for this
     (N, K) (or the measured default), else the heuristic table, then the exact fallbacks."""
-    tiled = bool(problem.get("tiled"))
-    measured = _keyed("LINEAR_TABLES", (problem["n"], problem["k"]), tiled)
+    tiled, key = bool(problem.get("tiled")), (problem["n"], problem["k"])
+    nib = _keyed("LINEAR_TABLES", key, tiled, nib=True) if problem.get("shuffled") else []
     rest = (LINEAR_TILED_FALLBACK,) if tiled else (LINEAR_TABLE, LINEAR_FALLBACK, LINEAR_SHUFFLED_FALLBACK)
-    return _pick("linear", [t for t in (measured, *rest) if t], problem)
+    return _pick("linear", [t for t in (nib, _keyed("LINEAR_TABLES", key, tiled), *rest) if t], problem)
 
 
 def pick_moe(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a MoE problem {m (= tokens), experts, n (= 2I), k (= H), ...}, as pick_linear."""
-    tiled = bool(problem.get("tiled"))
-    measured = _keyed("MOE_TABLES", (problem["experts"], problem["n"], problem["k"]), tiled)
+    tiled, key = bool(problem.get("tiled")), (problem["experts"], problem["n"], problem["k"])
+    nib = _keyed("MOE_TABLES", key, tiled, nib=True) if problem.get("shuffled") else []
     rest = (MOE_TILED_FALLBACK,) if tiled else (MOE_TABLE, MOE_FALLBACK, MOE_SHUFFLED_FALLBACK)
-    return _pick("moe", [t for t in (measured, *rest) if t], problem)
+    return _pick("moe", [t for t in (nib, _keyed("MOE_TABLES", key, tiled), *rest) if t], problem)

@@ -360,7 +360,7 @@ def _add_model_parser(sub) -> None:
 def cmd_table(args) -> int:
     """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
     import kernels.tables_measured as tm
-    from kernels import WEIGHT_LAYOUTS
+    from kernels.tables import TABLE_LAYOUTS
 
     from .tables import TABLE_NAMES, derive_tables, regret, write_tables
 
@@ -370,7 +370,7 @@ def cmd_table(args) -> int:
         # an op not given, or a layout its runs never measured, keeps its current tables
         tables = {name: getattr(tm, name, None) for name in TABLE_NAMES.values()}
         for op, runs in (("linear", args.linear), ("moe", args.moe)):
-            for layout in WEIGHT_LAYOUTS if runs else ():
+            for layout in TABLE_LAYOUTS if runs else ():
                 try:
                     tables[TABLE_NAMES[op, layout]] = derive_tables(runs, op, routing=args.routing, layout=layout)
                 except ValueError as e:
@@ -385,16 +385,17 @@ def cmd_table(args) -> int:
         tables = getattr(tm, TABLE_NAMES[args.op, args.layout], None)
         if not tables:
             raise ValueError(f"kernels/tables_measured.py has no {args.layout} tables for {args.op}")
-    df = regret(args.run, tables, args.op)
+    df = regret(args.run, tables, args.op, layout=args.layout)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     by = "routing" if args.op == "moe" else "shape"
-    print(f"\nregret of the {args.layout} tables by {by}:\n"
-          + df.groupby(by)["regret"].describe()[["count", "mean", "max"]].to_string())
+    for col, against in (("regret", "the best of any layout"), ("layout_regret", f"the best {args.layout} config")):
+        print(f"\nregret of the {args.layout} tables against {against}, by {by}:\n"
+              + df.groupby(by)[col].describe()[["count", "mean", "max"]].to_string())
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernels import WEIGHT_LAYOUTS
+    from kernels.tables import TABLE_LAYOUTS
 
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -467,8 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tables-from", metavar="RUN", nargs="+",
                    help="derive the tables from these runs instead of the package's")
     t.add_argument("--routing", default="uniform")
-    t.add_argument("--layout", choices=WEIGHT_LAYOUTS, default="rows",
-                   help="the weight layout whose tables are judged (default rows; tiled: tile_mxfp4's copy)")
+    t.add_argument("--layout", choices=TABLE_LAYOUTS, default="rows",
+                   help="the weight layout whose tables are judged (default rows; tiled: tile_mxfp4's copy; "
+                        "+nib: held as shuffle_nibbles' copy)")
     t.set_defaults(func=cmd_table)
 
     p = sub.add_parser("compare", help="per-point ratio of two runs (B/A) with their noise bands, wins and losses")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernels.prepare import WEIGHT_LAYOUTS
+from kernels.tables import TABLE_LAYOUTS
 
 from .results import BASELINES, read_runs
 
@@ -48,15 +48,15 @@ def _runnable(variant: str, config: str) -> bool:
     return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
 
 
-TABLE_NAMES = {("linear", "rows"): "LINEAR_TABLES", ("moe", "rows"): "MOE_TABLES",
-               ("linear", "tiled"): "LINEAR_TABLES_TILED", ("moe", "tiled"): "MOE_TABLES_TILED"}
+TABLE_NAMES = {(op, layout): f"{op.upper()}_TABLES" + ("_TILED" if layout.startswith("tiled") else "")
+               + ("_NIB" if layout.endswith("+nib") else "") for op in ("linear", "moe") for layout in TABLE_LAYOUTS}
 
 
 def config_layout(config: str) -> str:
     """The weight layout a stored config reads: "tiled" (TILED=True: tile_mxfp4's copy) or "rows", with
     "+nib" when it reads shuffle_nibbles' copy of that (NIB=True). Holding two copies is not an option auto
-    may take (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100), so the rows and tiled tables never
-    pick NIB configs; a shuffled weight reads its layout's tables with NIB set (kernels.tables)."""
+    may take (gpt-oss-120b's experts alone are ~57 GB of an 80 GB H100), so each layout has its own tables
+    and picks only its own configs (a shuffled weight reads its "+nib" tables, kernels.tables)."""
     c = json.loads(config)
     return ("tiled" if c.get("TILED") else "rows") + ("+nib" if c.get("NIB") else "")
 
@@ -65,8 +65,8 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
     that read that weight layout)."""
-    if layout is not None and layout not in WEIGHT_LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(WEIGHT_LAYOUTS)}, got {layout!r}")
+    if layout is not None and layout not in TABLE_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(TABLE_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
@@ -87,8 +87,8 @@ def shape_key(op: str, row) -> tuple:
 
 
 def derive_tables(run_dir, op: str = "linear", routing: str = "uniform", layout: str = "rows") -> dict:
-    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe') and weight `layout` ('rows' or
-    'tiled'); MoE rows come from `routing` points."""
+    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe') and weight `layout` (TABLE_LAYOUTS);
+    MoE rows come from `routing` points."""
     df = _points(run_dir, op, layout)
     if op == "moe":
         df = df[df["routing"] == routing]
@@ -137,8 +137,10 @@ def derive_table(run_dir, op: str = "linear", routing: str = "uniform", layout: 
     return rows
 
 
-def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
-    """Per measured problem: auto's pick from `tables` and its time over the best time of that problem."""
+def regret(run_dir, tables: dict, op: str = "linear", layout: str | None = None) -> pd.DataFrame:
+    """Per measured problem: auto's pick from `tables` and its time over the best time of that problem (any
+    layout: what holding the weights in the tables' layout costs, picks included); with `layout`, also over the
+    best config that reads that layout (layout_regret: how well the tables pick within it)."""
     df = _points(run_dir, op)
     pcols = _problem_cols(op)
     out = []
@@ -152,6 +154,10 @@ def regret(run_dir, tables: dict, op: str = "linear") -> pd.DataFrame:
                     "best_variant": g.loc[g["t"].idxmin(), "variant"], "best_us": best,
                     "auto_us": picked["t"].min() if len(picked) else math.nan,
                     "regret": picked["t"].min() / best if len(picked) else math.nan})
+        if layout is not None:
+            same = g[g["config"].map(config_layout) == layout]["t"]
+            out[-1]["layout_best_us"] = same.min() if len(same) else math.nan
+            out[-1]["layout_regret"] = out[-1]["auto_us"] / same.min() if len(same) else math.nan
     return pd.DataFrame(out)
 
 
@@ -200,8 +206,8 @@ def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = 
                          f"known: {', '.join(TABLE_NAMES.values())}")
     lines = ['"""Measured variant="auto" tables, written by labkit.tables.write_tables; do not edit by hand.',
              "", "Keys: a shape ((N, K) linear, (experts, 2I, H) MoE) or \"default\"; rows: (max tokens, variant,",
-             "config). *_TILED: the tables of weights in tile_mxfp4's layout. SOURCES names the runs each op's",
-             "tables were derived from.", '"""', "",
+             "config). *_TILED: the tables of weights in tile_mxfp4's layout; *_NIB: of weights held as",
+             "shuffle_nibbles' copy. SOURCES names the runs each op's tables were derived from.", '"""', "",
              f"SOURCES = {pprint.pformat(sources, width=110)}", ""]
     for name in TABLE_NAMES.values():
         if tables.get(name):

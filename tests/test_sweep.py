@@ -144,22 +144,23 @@ def test_every_shipped_spec_expands(name):
 
 
 def test_auto_picks_add_what_auto_runs_in_each_layout():
-    """`auto_picks: [rows, tiled]` adds, at every point, the config variant="auto" picks for a row-major and
-    for a tiled weight (once, even where the grid already holds it), so regret is measured in the same run."""
+    """`auto_picks: [rows, tiled, tiled+nib]` adds, at every point, the config variant="auto" picks for a
+    row-major, a tiled and a shuffled tiled weight (once, even where the grid already holds it), so regret is
+    measured in the same run."""
     from kernels.tables import pick_moe
     from labkit.sweep import expand_moe
 
     spec = {"op": "moe", "models": ["gpt-oss-20b"], "tokens": [1, 256], "routings": ["zipf(1.2)"],
-            "variants": {}, "auto_picks": ["rows", "tiled"]}
+            "variants": {}, "auto_picks": ["rows", "tiled", "tiled+nib"]}
     cases = expand_moe(spec, on_gpu=True)
     for t in (1, 256):
         got = [(c.variant, c.config) for c in cases if c.tokens == t]
         problem = {"op": "moe", "m": t, "tokens": t, "experts": 32, "top_k": 4, "n": 5760, "k": 2880,
                    "scale_min": 118, "scale_max": 124}
-        for tiled in (False, True):
-            name, cfg = pick_moe({**problem, "tiled": tiled})
+        for tiled, shuffled in ((False, False), (True, False), (True, True)):
+            name, cfg = pick_moe({**problem, "tiled": tiled, "shuffled": shuffled})
             assert (name, {**K.VARIANTS[name].defaults, **cfg}) in got
-        assert len(got) in (1, 2) and any(c.get("TILED") for _, c in got)
+        assert len(got) in (1, 2, 3) and any(c.get("TILED") for _, c in got) and any(c.get("NIB") for _, c in got)
     with pytest.raises(ValueError, match="auto_picks lists weight layouts"):
         expand_moe({**spec, "auto_picks": ["tiles"]}, on_gpu=True)
 

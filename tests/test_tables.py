@@ -116,3 +116,33 @@ def test_leaders_are_the_fastest_per_layout_unioned_over_problems(tmp_path):
     assert got[(4,)] == [("gemv", {"BLOCK_N": 32}), ("gemv_mma", {**mma, "TILED": True}), ("gemv", {"BLOCK_N": 16})]
     assert got[(8,)] == [("gemv", {"BLOCK_N": 64})]
     assert len(leaders(run, "linear", top=2)[(4,)]) == 4  # a: 32, 64 and the tiled one; b adds 16
+
+
+def test_shuffled_weights_read_their_own_nib_tables(tmp_path, monkeypatch):
+    """Each layout held as shuffle_nibbles' copy has its own tables, derived from NIB configs alone (a config
+    that leads only with NIB, here ROWS=2, is found), and auto on a shuffled weight reads them first; without
+    them it falls back to its layout's plain tables with NIB set."""
+    from types import SimpleNamespace
+
+    import kernels.tables as kt
+
+    mma = {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": True}
+    pts = [_pt("lm", 201088, 16, "gemv_mma", 10, mma), _pt("lm", 201088, 16, "gemv_mma", 12, {**mma, "ROWS": 2}),
+           _pt("lm", 201088, 16, "gemv_mma", 9, {**mma, "NIB": True}),
+           _pt("lm", 201088, 16, "gemv_mma", 8, {**mma, "ROWS": 2, "NIB": True})]
+    for p in pts:
+        p["k"] = 2880
+    run = _run(tmp_path, pts)
+    tiled = derive_tables(run, "linear", layout="tiled")
+    nib = derive_tables(run, "linear", layout="tiled+nib")
+    assert tiled["default"] == [(1 << 62, "gemv_mma", mma)]
+    assert nib["default"] == [(1 << 62, "gemv_mma", {**mma, "ROWS": 2, "NIB": True})]
+    problem = {"m": 16, "n": 201088, "k": 2880, "scale_min": 118, "scale_max": 124, "tiled": True, "shuffled": True}
+    monkeypatch.setattr(kt, "_measured", SimpleNamespace(LINEAR_TABLES_TILED=tiled, LINEAR_TABLES_TILED_NIB=nib))
+    assert kt.pick_linear(problem) == ("gemv_mma", {**mma, "ROWS": 2, "NIB": True})
+    monkeypatch.setattr(kt, "_measured", SimpleNamespace(LINEAR_TABLES_TILED=tiled))
+    assert kt.pick_linear(problem) == ("gemv_mma", {**mma, "NIB": True})
+    path = write_tables({"LINEAR_TABLES_TILED_NIB": nib}, {}, path=tmp_path / "t.py")
+    ns = {}
+    exec(path.read_text(), ns)
+    assert ns["LINEAR_TABLES_TILED_NIB"] == nib
