@@ -70,4 +70,12 @@ def pdl_enter():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_scope"]
+@triton.jit
+def pdl_release():
+    """pdl_enter without the wait: let the next kernel's programs launch, for a kernel that orders itself after
+    the one before by device counters instead (moe_mma's mlp2 with CHAIN)."""
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_release", "pdl_scope"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERPRETED, pdl_launch, tl, triton
+from ._triton import INTERPRETED, pdl_launch, pdl_release, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -43,6 +43,7 @@ from .linear_mma import (
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, tile_mxfp4
+from .sync import consume, scratch, signal_count, wait_count
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
@@ -126,11 +127,14 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
-    (LOGICAL: x and act in logical K order, as WGMMA reads them)."""
-    e, m0, end, live = tile_rows(offs_ptr, tl.program_id(0), tl.arange(0, EP), E, BLOCK_M)
+    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel)."""
+    tile = tl.program_id(0)
+    e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
+        if CHAIN and PHASE == 2:
+            wait_count(chain_ptr + tile, NEED)
         KW = K // 8
         KB = K // 32
         j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -169,6 +173,18 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
                   limit, act_scale, SMAX, PHASE, LOGICAL)
+        if CHAIN:
+            _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
+
+
+@triton.jit
+def _chain_done(chain_ptr, tile, TILES, n_tiles, PHASE: tl.constexpr):
+    """CHAIN, after the epilogue: mlp1 counts its stores on the tile's counter; mlp2 counts itself as a reader
+    of the tile, the last of its n_tiles readers zeroing both counters."""
+    if PHASE == 1:
+        signal_count(chain_ptr + tile)
+    else:
+        consume(chain_ptr + TILES + tile, chain_ptr + tile, n_tiles)
 
 
 if gluon is not None:
@@ -176,6 +192,9 @@ if gluon is not None:
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
+    _g_chain_done = gluon.jit(_chain_done.fn)
+    _g_wait_count = gluon.jit(wait_count.fn)
+    _g_pdl_release = gluon.jit(pdl_release.fn)
 
     @gluon.jit
     def _g_experts(EP: gl.constexpr):
@@ -356,18 +375,25 @@ if gluon is not None:
                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
-                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
+                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
+                       CHAIN: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
         brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
-        L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound)."""
-        _g_pdl_enter()
-        # N tiles vary fastest: an x tile and an expert's weights stay in L2
-        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(1), _g_experts(EP), E,
-                                        BLOCK_M)
+        L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
+        CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
+        if CHAIN and PHASE == 2:
+            _g_pdl_release()
+        else:
+            _g_pdl_enter()
+        tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
+        e, m0, end, live = _g_tile_rows(offs_ptr, tile, _g_experts(EP), E, BLOCK_M)
         if live:
+            if CHAIN and PHASE == 2:
+                _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
@@ -392,15 +418,20 @@ if gluon is not None:
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
                         alpha, limit, act_scale, SMAX, PHASE, True)
+            if CHAIN:
+                _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
 
-def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg):
+def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
+    """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
+    its stores into them, mlp2 waits for `need` of them per tile)."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
+    chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     if compiled_wg:
         grid = grid[::-1]
     if cfg["TILED"]:
@@ -413,7 +444,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     meta = dict(PHASE=phase, EP=expert_span(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
-        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"])
+        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained)
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -421,7 +452,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
@@ -432,11 +463,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         else:
             _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
                                   num_warps=cfg["num_warps"], **extra)
+    return grid[0] if compiled_wg else grid[1]
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False):
+                NIB=False, CHAIN=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -449,7 +481,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
     (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring. NIB
     reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
-    x16 (plane-major) is not used."""
+    CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
+    stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
+    interrupted between its two launches would leave them set). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -459,11 +493,12 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
-    _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg)
+    chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -486,8 +521,11 @@ def _rule_registers(cfg, problem):
 
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
-    tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes)."""
+    tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
+    built into the WGMMA kernel only."""
     stages = cfg.get("STAGES") or 0
+    if cfg.get("CHAIN") and not cfg.get("WGMMA"):
+        return "CHAIN applies only with WGMMA"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -509,9 +547,10 @@ register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
-           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True)},
+           "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
+           "CHAIN": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

@@ -67,6 +67,17 @@ def wait_count(ctr_ptr, need):
 
 
 @triton.jit
+def consume(ctr_ptr, done_ptr, need):
+    """Count one consumer of a piece on ctr_ptr; the consumer that completes the count (need) zeroes the piece's
+    counter (done_ptr) and its own, so the next call finds both at zero (moe_mma's CHAIN: counters reset by
+    their last reader instead of counting on, because mlp1 and mlp2 are two launches without shared tickets)."""
+    c = tl.atomic_add(ctr_ptr, 1, sem="acq_rel") + 1
+    if c == need:
+        tl.atomic_xchg(done_ptr, 0, sem="relaxed")
+        tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
+
+
+@triton.jit
 def add_partial(sum_ptrs, part, mask, ctr_ptr, slices):
     """Split-K: add this K slice's fp32 partial sums `part` into sum_ptrs (relaxed atomics), then count the
     slice on ctr_ptr (a barrier, one acq_rel atomic: signal_count's pattern, never reset). Returns (last,

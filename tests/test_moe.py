@@ -339,7 +339,7 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
         monkeypatch.setattr(torch, "empty", nan_empty)
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
     assert rel_err(y, ref) < TOL
-    if cfg.get("WGMMA") and device == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
+    if cfg.get("WGMMA") and device.type == "cpu":  # the interpreter runs mma.sync's arithmetic: bit-identical
         same = {k: v for k, v in cfg.items() if k not in ("WGMMA", "STAGES", "RING_W")}
         assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
@@ -383,6 +383,27 @@ def test_moe_h2g_shuffled_nibbles(cfg, device):
     assert torch.equal(K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", NIB=True, **cfg), y)
     with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
         K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", **cfg)
+
+
+@pytest.mark.parametrize("tokens", [3, 21, 64])
+def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
+    if device.type == "cpu" and tokens != 21:
+        pytest.skip("the interpreter runs the programs one after the other: one shape is enough there")
+    """CHAIN orders mlp2 after its own token tile's mlp1 programs by device counters instead of the launch
+    boundary (on the GPU, under PDL, while mlp1's last programs still run): the same bits as without, call after
+    call on changing routings, and every counter back at zero after each call (the last reader resets it)."""
+    from kernels.sync import SCRATCH
+
+    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 2, "TILED": True,
+           "RING_W": True, "NIB": True}
+    for seed in range(2 if device.type == "cpu" else 20):
+        dw, x, r, ref = odd_layer(13, tokens, seed, device)
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, CHAIN=True)
+        assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)), seed
+        counters = [c for k, c in SCRATCH.items() if "moe_mma_chain" in k]
+        assert counters and all(int(c.abs().sum()) == 0 for c in counters), seed
+    assert rel_err(y, ref) < TOL
+    assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
 @pytest.mark.parametrize("cfg", [
