@@ -42,7 +42,6 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
-from .sync import wait_count
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -183,7 +182,6 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
-    _g_wait_count = gluon.jit(wait_count.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -311,49 +309,32 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c, steps, KW, KB,
-                      STEP: gl.constexpr, STAGES: gl.constexpr, PART: gl.constexpr = 0):
+                      STEP: gl.constexpr, STAGES: gl.constexpr):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (a row's 4 per chunk, contiguous in tile_mxfp4's layout, which is
         zero-padded to whole chunks) into ring slot c % STAGES, as one group; past the last step nothing
-        (zero-filled). PART 1: the weights alone, 2: x alone (each its own group)."""
+        (zero-filled)."""
         slot = c % STAGES
-        if PART != 2:
-            async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
-                                                   mask=c * STEP + group < KW)
-            async_copy.async_copy_global_to_shared(ssm.index(slot), s_ptr + scofs + c * (STEP * 4),
-                                                   mask=c * (STEP // 16) + scblock < (KW + 15) // 16)
-        if PART != 1:
-            async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
+                                               mask=c * STEP + group < KW)
+        async_copy.async_copy_global_to_shared(ssm.index(slot), s_ptr + scofs + c * (STEP * 4),
+                                               mask=c * (STEP // 16) + scblock < (KW + 15) // 16)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, wait_ptr, wait_need, WAIT: gl.constexpr):
+                        NIB: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
-        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute).
-        WAIT (the program has not yet waited for x's writer): the first STAGES - 1 steps' weights are copied
-        first, then the program waits (1: the PDL wait, pdl_enter; 2: until the counter at wait_ptr reaches
-        wait_need), then their x; the group count per step stays what the loop's wait_group expects."""
+        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute)."""
         STEP: gl.constexpr = CHUNKS * 16
         steps = gl.cdiv(KW, STEP)
-        if WAIT == 0:
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW,
-                              KB, STEP, STAGES)
-        else:
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW,
-                              KB, STEP, STAGES, 1)
-            if WAIT == 1:
-                _g_pdl_enter()
-            else:
-                _g_wait_count(wait_ptr, wait_need)
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW,
-                              KB, STEP, STAGES, 2)
+        for q in gl.static_range(STAGES - 1):
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
+                          STEP, STAGES)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             fence_async_shared()
@@ -385,10 +366,9 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr, wait_ptr=None, wait_need=0, WAIT: gl.constexpr = 0):
+                      LSC: gl.constexpr, NIB: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
-        shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop). WAIT: as _g_wg_ring_loop
-        (the caller has already waited when not RING_W)."""
+        shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
@@ -398,7 +378,7 @@ if gluon is not None:
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, wait_ptr, wait_need, WAIT)
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
                              CHUNKS, TILED, STAGES, A_L, NIB)
@@ -411,17 +391,15 @@ if gluon is not None:
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
-        instead of into every warp's registers. RING_W: the first steps' weights are copied before the PDL wait
-        (x is x_to_f16's, the launch before)."""
-        if not RING_W:
-            _g_pdl_enter()
+        instead of into every warp's registers."""
+        _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, None, 0, 1 if RING_W else 0)
+                            LW, MMA, SX, SW, SS, LSC, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)

@@ -53,7 +53,6 @@ if gluon is not None:
     from .linear_mma import (
         _g_pdl_enter,
         _g_step,
-        _g_wait_count,
         _g_wg_program,
         _g_word_offsets,
         ring_layouts,
@@ -194,6 +193,7 @@ if gluon is not None:
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
+    _g_wait_count = gluon.jit(wait_count.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
 
     @gluon.jit
@@ -384,16 +384,15 @@ if gluon is not None:
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. RING_W: a program
-        copies its first steps' weights before it waits (for x's or act's writer: kernels.linear_mma's WAIT)."""
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
-        elif not RING_W:
+        else:
             _g_pdl_enter()
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, _g_experts(EP), E, BLOCK_M)
         if live:
-            if CHAIN and PHASE == 2 and not RING_W:
+            if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
@@ -404,8 +403,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, chain_ptr + tile, NEED,
-                                (2 if CHAIN and PHASE == 2 else 1) if RING_W else 0)
+                                SW, SS, LSC, NIB)
             if PHASE == 1:
                 pair = gl.convert_layout(gl.reshape(acc, [2, COLS, BLOCK_M]), EPI)  # [gate/linear, column, token]
                 half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, EPI)))[:, None, None]
