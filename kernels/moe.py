@@ -377,7 +377,7 @@ def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr):
     worst-case grid (tile_slots) get False. re: arange over a power of two >= E (expert_span) in the caller's
     layout. Every program derives its tile from the offsets (one load round and a scan) because a per-call
     table of tile offsets cost five small torch launches, ~12 us of a layer whatever its size
-    (results/20261124T*-moe-stages)."""
+    (results/20261124T002538-h100-80gb-hbm3-moe-stages)."""
     em = re < E
     lo = tl.load(offs_ptr + re, mask=em, other=0)
     hi = tl.load(offs_ptr + 1 + re, mask=em, other=0)

@@ -188,7 +188,7 @@ def _chain_done(chain_ptr, tile, TILES, n_tiles, PHASE: tl.constexpr):
 
 
 if gluon is not None:
-    _g_tile_rows = gluon.jit(tile_rows.fn)
+    _g_tile_rows_of = gluon.jit(tile_rows.fn)
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
@@ -197,9 +197,10 @@ if gluon is not None:
     _g_pdl_release = gluon.jit(pdl_release.fn)
 
     @gluon.jit
-    def _g_experts(EP: gl.constexpr):
-        """tile_rows' vector over experts (a scan needs a plain blocked layout)."""
-        return gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+    def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
+        """tile_rows with its vector over experts in a plain blocked layout (a scan needs one)."""
+        experts = gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+        return _g_tile_rows_of(offs_ptr, tile, experts, E, BLOCK_M)
 
     @gluon.jit
     def _g_tile(sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE: gl.constexpr,
@@ -245,8 +246,7 @@ if gluon is not None:
                         MMA: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop over one expert's token tile; x rows gathered per token (mlp1) or position (mlp2)."""
         _g_pdl_enter()
-        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
-                                        BLOCK_M)
+        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), E, EP, BLOCK_M)
         if live:
             w_e, s_e, wa, sa, wb, sb, group, block, xofs, xpos = _g_tile(
                 sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE, BLOCK_M,
@@ -320,8 +320,7 @@ if gluon is not None:
         copies into a shared-memory ring (no registers held by loads in flight); scale bytes one step ahead
         in registers (a sixteenth of the bytes; their rows are not 4-byte aligned for cp.async)."""
         _g_pdl_enter()
-        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), _g_experts(EP), E,
-                                        BLOCK_M)
+        e, m0, end, live = _g_tile_rows(offs_ptr, gl.program_id(0), E, EP, BLOCK_M)
         if live:
             w_e, s_e, wa, sa, wb, sb, group, block, xcofs, xcpos = _g_tile(
                 sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE, BLOCK_M,
@@ -390,7 +389,7 @@ if gluon is not None:
         else:
             _g_pdl_enter()
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
-        e, m0, end, live = _g_tile_rows(offs_ptr, tile, _g_experts(EP), E, BLOCK_M)
+        e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)

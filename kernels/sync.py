@@ -7,7 +7,8 @@ deadlock-free without any assumption about how many programs are resident, provi
 in ticket order (`take_ticket`): a program only ever waits for work whose ticket is smaller than its own, and a
 ticket is only handed to a program that is already running, so whatever it waits for is running or done.
 
-Counters are never reset. They count on from launch to launch, and a launch waits for its own share: the
+moe_fused's counters are never reset (moe_mma's CHAIN, two launches without shared tickets, has its last reader
+zero them instead: `consume`). They count on from launch to launch, and a launch waits for its own share: the
 ticket says which launch a program belongs to (ticket // tickets per launch), so a counter for a piece done
 `need` times per launch is waited on until it reaches (launch + 1) * need. Every program of a stage signals,
 with or without work, so the shares stay exact for any routing. Launches sharing counters must run one after

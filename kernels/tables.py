@@ -68,6 +68,14 @@ def _keyed(name: str, key: tuple, tiled: bool = False, nib: bool = False) -> lis
     return tables.get(key) or tables.get("default") or []
 
 
+def _measured_for(name: str, key: tuple, problem: dict) -> list:
+    """The measured tables a weight reads, in order: its layout's NIB tables when it is held shuffled, then its
+    layout's plain tables."""
+    tiled = bool(problem.get("tiled"))
+    nib = _keyed(name, key, tiled, nib=True) if problem.get("shuffled") else []
+    return [nib, _keyed(name, key, tiled)]
+
+
 def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
     m = problem["m"]
     shuffled = bool(problem.get("shuffled"))
@@ -92,15 +100,14 @@ def _pick(op: str, tables, problem: dict) -> tuple[str, dict]:
 def pick_linear(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a linear problem {m, n, k, scale_min, scale_max}: the measured table for this
     (N, K) (or the measured default), else the heuristic table, then the exact fallbacks."""
-    tiled, key = bool(problem.get("tiled")), (problem["n"], problem["k"])
-    nib = _keyed("LINEAR_TABLES", key, tiled, nib=True) if problem.get("shuffled") else []
-    rest = (LINEAR_TILED_FALLBACK,) if tiled else (LINEAR_TABLE, LINEAR_FALLBACK, LINEAR_SHUFFLED_FALLBACK)
-    return _pick("linear", [t for t in (nib, _keyed("LINEAR_TABLES", key, tiled), *rest) if t], problem)
+    rest = (LINEAR_TILED_FALLBACK,) if problem.get("tiled") else (LINEAR_TABLE, LINEAR_FALLBACK,
+                                                                  LINEAR_SHUFFLED_FALLBACK)
+    return _pick("linear", [t for t in (*_measured_for("LINEAR_TABLES", (problem["n"], problem["k"]), problem),
+                                        *rest) if t], problem)
 
 
 def pick_moe(problem: dict) -> tuple[str, dict]:
     """(variant, config) for a MoE problem {m (= tokens), experts, n (= 2I), k (= H), ...}, as pick_linear."""
-    tiled, key = bool(problem.get("tiled")), (problem["experts"], problem["n"], problem["k"])
-    nib = _keyed("MOE_TABLES", key, tiled, nib=True) if problem.get("shuffled") else []
-    rest = (MOE_TILED_FALLBACK,) if tiled else (MOE_TABLE, MOE_FALLBACK, MOE_SHUFFLED_FALLBACK)
-    return _pick("moe", [t for t in (nib, _keyed("MOE_TABLES", key, tiled), *rest) if t], problem)
+    rest = (MOE_TILED_FALLBACK,) if problem.get("tiled") else (MOE_TABLE, MOE_FALLBACK, MOE_SHUFFLED_FALLBACK)
+    key = (problem["experts"], problem["n"], problem["k"])
+    return _pick("moe", [t for t in (*_measured_for("MOE_TABLES", key, problem), *rest) if t], problem)
