@@ -66,15 +66,18 @@ def cmd_sass(args) -> int:
 
     rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch,
                          model=args.model)
+    hazard = any(r["wgmma_hazards"] for r in rows)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return 1 if hazard else 0
     for r in rows:
         per = r["loop_instructions"]
         print(f"{r['kernel']}: {r.get('regs', '?')} registers, {r.get('local', '?')} B local (spills), "
               f"{r['shared']} B shared, {r['num_warps']} warps; main loop {per} instructions per thread")
         print("  " + ", ".join(f"{k} {v}" for k, v in r["mix"].items()))
-    return 0
+        for h in r["wgmma_hazards"]:
+            print(f"  WGMMA HAZARD: {h}")
+    return 1 if hazard else 0
 
 
 def cmd_selfcheck(args) -> int:

@@ -226,14 +226,7 @@ def resource_usage(kernel) -> dict:
 
 def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     """Instruction count and opcode histogram of the largest loop (the K loop) in SASS."""
-    labels, instrs = {}, []
-    for line in sass.splitlines():
-        lab = re.match(r"^\.(L_x_\d+):", line.strip())
-        if lab:
-            labels[lab.group(1)] = len(instrs)
-        ins = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?);", line)
-        if ins:
-            instrs.append(ins.group(1))
+    instrs, labels = _instructions(sass)
     best: list[str] = []
     for i, ins in enumerate(instrs):
         br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
@@ -243,6 +236,83 @@ def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
                 best = body
     mix = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0].split(".")[0] for ins in best)
     return len(best), mix
+
+
+def _instructions(sass: str) -> tuple[list[str], dict[str, int]]:
+    """SASS instruction texts in address order and each label's index."""
+    labels, instrs = {}, []
+    for line in sass.splitlines():
+        lab = re.match(r"^\.(L_x_\d+):", line.strip())
+        if lab:
+            labels[lab.group(1)] = len(instrs)
+        ins = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
+        if ins:
+            instrs.append(ins.group(1))
+    return instrs, labels
+
+
+_NO_DEST = ("ST", "STS", "STG", "STL", "RED", "ATOM", "HGMMA", "BRA", "BAR", "WARPGROUP", "DEPBAR", "LDGSTS",
+            "LDGDEPBAR", "EXIT", "RET", "ISETP", "FSETP", "HSETP2", "PLOP3", "R2UR", "WARPSYNC", "NOP", "MEMBAR",
+            "FENCE", "SYNCS", "CCTL", "ERRBAR", "BSSY", "BSYNC", "CALL", "UTMALDG", "UTMASTG")
+
+
+def _written(ins: str) -> set[int]:
+    """General registers an instruction writes (its first operand; .64 / .128 forms write 2 / 4)."""
+    ins = re.sub(r"^@!?U?P\w+\s+", "", ins)
+    parts = ins.split(None, 1)
+    if len(parts) < 2 or parts[0].split(".")[0] in _NO_DEST:
+        return set()
+    m = re.fullmatch(r"R(\d+)(\.\w+)?", parts[1].split(",")[0].strip())
+    if not m:
+        return set()
+    width = 4 if ".128" in parts[0] else 2 if ".64" in parts[0] else 1
+    return set(range(int(m.group(1)), int(m.group(1)) + width))
+
+
+def wgmma_hazards(sass: str) -> list[str]:
+    """Instructions that overwrite a register an in-flight wgmma may still read as its A operand.
+
+    For each group of HGMMAs with A in registers (WARPGROUP.ARRIVE .. the HGMMA carrying gsb0), walk forward
+    in address order, around the loop holding the group, until a WARPGROUP.DEPBAR.LE gsb0, n retires it
+    (n <= groups issued since), and report every write to its A registers on the way. Branches inside the
+    loop are not followed (both sides are walked in address order), which is conservative for writes."""
+    instrs, labels = _instructions(sass)
+    loops = []
+    for i, ins in enumerate(instrs):
+        br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
+        if br and br.group(1) in labels and labels[br.group(1)] <= i:
+            loops.append((labels[br.group(1)], i))
+    found = []
+    for idx, ins in enumerate(instrs):
+        if "HGMMA" not in ins or "gsb0" not in ins:
+            continue
+        a_regs, j = set(), idx
+        while j >= 0 and "WARPGROUP.ARRIVE" not in instrs[j]:
+            ops = instrs[j].split(None, 1)
+            if "HGMMA" in ops[0]:
+                m = re.fullmatch(r"R(\d+)", ops[1].split(",")[1].strip())
+                if m:
+                    a_regs |= set(range(int(m.group(1)), int(m.group(1)) + 4))
+            j -= 1
+        if not a_regs:
+            continue
+        loop = min((lp for lp in loops if lp[0] <= idx <= lp[1]), key=lambda lp: lp[1] - lp[0], default=None)
+        pending, k = 0, idx + 1
+        for _ in range(len(instrs)):
+            if loop and k > loop[1]:
+                k = loop[0]
+            if k >= len(instrs):
+                break
+            t = re.sub(r"^@!?U?P\w+\s+", "", instrs[k])
+            if t.startswith("WARPGROUP.DEPBAR.LE") and int(t.split(",")[-1], 16) <= pending:
+                break
+            if t.startswith("HGMMA") and "gsb0" in t:
+                pending += 1
+            bad = _written(instrs[k]) & a_regs
+            if bad:
+                found.append(f"{instrs[k]} overwrites R{min(bad)} of the wgmma group at {instrs[idx]}")
+            k += 1
+    return found
 
 
 def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int | None = None,
@@ -262,7 +332,9 @@ def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int 
     for name, kern in kernels:
         if kern is None:
             continue
-        loop, mix = main_loop_mix(sass_of(kern))
+        sass = sass_of(kern)
+        loop, mix = main_loop_mix(sass)
         rows.append({"kernel": name.split(".")[-1], **resource_usage(kern), "loop_instructions": loop,
-                     "num_warps": kern.metadata.num_warps, "mix": dict(mix.most_common(12))})
+                     "num_warps": kern.metadata.num_warps, "mix": dict(mix.most_common(12)),
+                     "wgmma_hazards": wgmma_hazards(sass)})
     return rows

@@ -96,6 +96,57 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     h2g = [r for r in json.loads(out.stdout) if r["kernel"] == "_moe_h2g_kernel"]
     assert len(h2g) == 2 and all("F2FP" in r["mix"] and r["local"] == 0 for r in h2g)
 
+
+FAKE_LOOP = """
+.L_x_1:
+        /*0010*/                   WARPGROUP.ARRIVE ;
+        /*0020*/                   HGMMA.64x64x16.F32 R24, R100, gdesc[UR12], R24 ;
+        /*0030*/                   HGMMA.64x64x16.F32 R24, R104, gdesc[UR12], R24, gsb0 ;
+        /*0040*/                   {early} ;
+        /*0050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0060*/                   HMUL2 R200, R1, R2 ;
+        /*0070*/                   WARPGROUP.ARRIVE ;
+        /*0080*/                   HGMMA.64x64x16.F32 R24, R200, gdesc[UR12], R24, gsb0 ;
+        /*0090*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*00a0*/                   {late} ;
+        /*00b0*/               @P0 BRA `(.L_x_1) ;
+"""
+
+
+def test_wgmma_hazards_finds_a_write_under_a_running_mma():
+    """A write to a register an HGMMA group reads as A, before the wait that retires the group (around the
+    loop, counting the groups issued since), is reported; the same write after it is not; a 128-bit load
+    writes four registers."""
+    from labkit.compile import wgmma_hazards
+
+    ok = FAKE_LOOP.format(early="NOP", late="HMUL2 R103, R1, R2")  # after the second wait: group 1 retired
+    assert wgmma_hazards(ok) == []
+    assert len(wgmma_hazards(FAKE_LOOP.format(early="HMUL2 R107, R1, R2", late="NOP"))) == 1
+    assert len(wgmma_hazards(FAKE_LOOP.format(early="NOP", late="LDS.128 R198, [R3]"))) == 1  # R198-R201: group 2
+    assert wgmma_hazards(FAKE_LOOP.format(early="ISETP.NE.AND P0, PT, R100, RZ, PT", late="NOP")) == []
+
+
+def test_overlap_builds_have_no_wgmma_hazard():
+    """The sm_90 builds of OVERLAP configs (two A register sets, each kept past the wait that retires its MMA)
+    leave no A register written under a running wgmma (`labkit sass` exits 1 on one). Gluon kernels compile
+    with the GPU machine's Triton (3.6) only, so elsewhere this is skipped."""
+    rows = []
+    for args in (["moe_mma", "--m", "512", "--model", "gpt-oss-20b", "--config",
+                  "BLOCK_M=64,ROWS=2,CHUNKS=1,num_warps=4,STAGES=4,TILED=true,WGMMA=true,RING_W=true,NIB=true,"
+                  "OVERLAP=true"],
+                 ["gemv_mma", "--m", "32", "--n", "201088", "--k", "2880", "--config",
+                  "BLOCK_M=32,ROWS=1,CHUNKS=2,num_warps=4,STAGES=3,TILED=true,WGMMA=true,RING_W=true,OVERLAP=true"]):
+        out = subprocess.run([sys.executable, "-m", "labkit", "sass", *args, "--json"], capture_output=True,
+                             text=True, timeout=600)
+        if out.returncode != 0 and "CompilationError" in out.stderr:
+            pytest.skip("Gluon kernels compile with the GPU machine's Triton only")
+        assert out.stdout, out.stderr[-2000:]
+        rows += json.loads(out.stdout)
+        assert out.returncode == 0, [r["wgmma_hazards"] for r in rows]
+    wg = [r for r in rows if r["mix"].get("HGMMA")]
+    assert len(wg) == 3 and all(r["local"] == 0 and r["wgmma_hazards"] == [] for r in wg), rows
+
+
 def _two_runs(tmp_path):
     from labkit.results import PointStore
     from labkit.runs import create_run
