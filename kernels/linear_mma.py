@@ -323,81 +323,31 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_keep(a, off):
-        """Read a's registers here (a shared store predicated on `off`, which is 0 at run time but unknown to
-        ptxas: the store never runs and costs an issue slot per 4 registers) so they stay allocated up to here.
-        Placed after the wait that retires the wgmma reading them as A: ptxas frees an operand's registers at
-        the HGMMA that reads it and lets later instructions overwrite them while the MMA still runs (Triton
-        hands a wait's deps to ptxas only in an asm comment; results/20261123T161917-h100-80gb-hbm3-linear-
-        wgmma-overlap)."""
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $8, 0; @p st.shared.v4.b32 [$8], {$4, $5, $6, $7}; "
-            "mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; }",
-            "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [a, gl.full(a.shape, 0, gl.int32, a.type.layout) + off],
-            dtype=gl.float16, is_pure=False, pack=8)
-
-    @gluon.jit
-    def _g_ring_step(acc, c, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, steps, KW, KB,
-                     SMAX, CHUNKS: gl.constexpr, STAGES: gl.constexpr, AHEAD: gl.constexpr, LW: gl.constexpr,
-                     A_L: gl.constexpr, NIB: gl.constexpr):
-        """One K step of _g_wg_ring_loop up to its wgmma, left in flight: wait for step c's copies, refill the
-        slot AHEAD steps on, decode, issue. Returns (acc, the A registers the wgmma reads)."""
-        STEP: gl.constexpr = CHUNKS * 16
-        async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
-        fence_async_shared()
-        gl.thread_barrier()  # every thread's copies landed; every warp retired the MMA of the slot refilled next
-        slot = c % STAGES
-        v = wsm.index(slot).load(LW)
-        s = ssm.index(slot).load(gl.SliceLayout(3, LW))
-        _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + AHEAD, steps, KW,
-                      KB, STEP, STAGES)
-        a = gl.convert_layout(_g_decode_step(v, s, SMAX, NIB), A_L, assert_trivial=True)
-        acc = warpgroup_mma(a, xsm.index(slot).permute((1, 0)), acc, is_async=True)
-        return acc, a
-
-    @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, OVERLAP: gl.constexpr):
+                        NIB: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
-        a cp.async copy issued ahead, so no register waits on a load in flight (with register prefetch the
-        loaded words are copied into the next step's registers within the step, which caps the prefetch at one
-        step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute).
-
-        OVERLAP: each step's wgmma runs on while the next step is decoded (wait(1)); steps go in pairs so the
-        two in flight own two register sets, each kept allocated (_g_keep) until the wait that retires its
-        MMA; copies run STAGES - 2 steps ahead (the slot of the MMA in flight is not refilled)."""
+        a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
+        register prefetch the loaded words are copied into the next step's registers within the step, which
+        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute)."""
         STEP: gl.constexpr = CHUNKS * 16
-        AHEAD: gl.constexpr = STAGES - 1 - OVERLAP
         steps = gl.cdiv(KW, STEP)
-        for q in gl.static_range(AHEAD):
+        for q in gl.static_range(STAGES - 1):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
                           STEP, STAGES)
-        if OVERLAP:
-            off = (KW < 0).to(gl.int32)  # 0, unknown to ptxas
-            a_odd = gl.zeros([acc.shape[0], 128 * CHUNKS], gl.float16, A_L)
-            for c in range(0, steps - 1, 2):
-                acc, a_even = _g_ring_step(acc, c, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm,
-                                           ssm, steps, KW, KB, SMAX, CHUNKS, STAGES, AHEAD, LW, A_L, NIB)
-                acc = warpgroup_mma_wait(1, deps=[acc])
-                _g_keep(a_odd, off)
-                acc, a_odd = _g_ring_step(acc, c + 1, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm,
-                                          wsm, ssm, steps, KW, KB, SMAX, CHUNKS, STAGES, AHEAD, LW, A_L, NIB)
-                acc = warpgroup_mma_wait(1, deps=[acc])
-                _g_keep(a_even, off)
-            if steps % 2:
-                acc, a_even = _g_ring_step(acc, steps - 1, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs,
-                                           xsm, wsm, ssm, steps, KW, KB, SMAX, CHUNKS, STAGES, AHEAD, LW, A_L, NIB)
-                acc = warpgroup_mma_wait(1, deps=[acc])
-                _g_keep(a_odd, off)
-                a_odd = a_even
+        for c in range(0, steps):
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
+            fence_async_shared()
+            gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
+            slot = c % STAGES
+            v = wsm.index(slot).load(LW)
+            s = ssm.index(slot).load(gl.SliceLayout(3, LW))
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
+                          steps, KW, KB, STEP, STAGES)
+            w = _g_decode_step(v, s, SMAX, NIB)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
-            _g_keep(a_odd, off)
-        else:
-            for c in range(0, steps):
-                acc, a = _g_ring_step(acc, c, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm,
-                                      steps, KW, KB, SMAX, CHUNKS, STAGES, AHEAD, LW, A_L, NIB)
-                acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -416,7 +366,7 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr, OVERLAP: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
@@ -428,7 +378,7 @@ if gluon is not None:
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, OVERLAP)
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
                              CHUNKS, TILED, STAGES, A_L, NIB)
@@ -439,7 +389,7 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr, OVERLAP: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers."""
         _g_pdl_enter()
@@ -449,7 +399,7 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, OVERLAP)
+                            LW, MMA, SX, SW, SS, LSC, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -494,10 +444,10 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "WGMMA always prefetches the next step's words (PREFETCH would repeat a config)"
     rows, c = cfg["ROWS"], cfg["CHUNKS"]
     acc = rows * cfg["BLOCK_M"] // 2
-    regs = acc + (80 if cfg.get("OVERLAP") else 48) * rows * c  # OVERLAP: a second set of 32 * ROWS * CHUNKS A
+    regs = acc + 48 * rows * c
     if regs > 224 or acc > 64:
-        return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS, 80 with "
-                "OVERLAP, > 224 or ROWS*BLOCK_M/2 > 64: larger builds spill)")
+        return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
+                "ROWS*BLOCK_M/2 > 64: larger builds spill)")
     ring_w = cfg.get("RING_W", False)
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
@@ -506,8 +456,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
         return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
-    if cfg.get("OVERLAP") and not (ring_w and cfg["STAGES"] >= 3):
-        return "OVERLAP needs RING_W and STAGES >= 3 (the slot of the MMA in flight is not refilled)"
     return None
 
 
@@ -565,7 +513,7 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, OVERLAP=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -574,8 +522,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
-    cached): 9 instead of 15 decode instructions per word. OVERLAP (RING_W): each step's wgmma runs on while
-    the next step is decoded."""
+    cached): 9 instead of 15 decode instructions per word."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -596,8 +543,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, OVERLAP=OVERLAP, num_warps=num_warps, **extra,
-                               **pdl_launch(inner=True))
+                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
