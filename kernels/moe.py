@@ -447,33 +447,6 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.
     tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
 
 
-@triton.jit
-def sum_last(y_ptr, inv_ptr, out_ptr, ctr_ptr, tok, rmask, cols, cmask, ntile, n_tiles, H, TOPK,
-             TOK_AXIS: tl.constexpr):
-    """The combine inside mlp2 (SUM_LAST), after this program stored its y rows (tokens `tok`, mask rmask) at
-    columns `cols` of its N tile: each row counts its token on the (token, N tile) counter; the program that
-    completes a token's TOPK counts sums that token's rows for these columns (fp32 in slot order, as
-    _combine_kernel, so the same bits) into out and zeroes the counter for the next call. The tile is laid out
-    with tokens on axis TOK_AXIS. Ordering as kernels.sync.signal_count: a barrier after the stores, acq_rel
-    counts, a barrier before the reads (which bypass L1)."""
-    tl.debug_barrier()
-    ctr = ctr_ptr + tok * n_tiles + ntile
-    one = tl.where(rmask, 1, 0)  # (tensors, not scalars: Gluon's atomics need the pointers' layout)
-    last = rmask & (tl.atomic_add(ctr, one, mask=rmask, sem="acq_rel") == TOPK - 1)
-    if tl.max(last.to(tl.int32), axis=0) > 0:
-        tl.debug_barrier()
-        if TOK_AXIS == 0:
-            t2, c2, m2 = tok[:, None], cols[None, :], last[:, None] & cmask[None, :]
-        else:
-            t2, c2, m2 = tok[None, :], cols[:, None], last[None, :] & cmask[:, None]
-        acc = tl.where(m2, 0.0, 0.0)
-        for i in range(0, TOPK):
-            pos = tl.load(inv_ptr + t2 * TOPK + i, mask=m2, other=0).to(tl.int64)
-            acc += tl.load(y_ptr + pos * H + c2, mask=m2, other=0.0, cache_modifier=".cg").to(tl.float32)
-        tl.store(out_ptr + t2.to(tl.int64) * H + c2, acc.to(tl.bfloat16), mask=m2)
-        tl.atomic_xchg(ctr, one * 0, mask=last, sem="relaxed")
-
-
 @dataclass(frozen=True)
 class MoESlots:
     """A MoE layer's output before its combine (moe_mxfp4(combine=False)): rows [T*k, H] bf16, each slot's

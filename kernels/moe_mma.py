@@ -41,7 +41,7 @@ from .linear_mma import (
     wg_layouts,
     wgmma_reason,
 )
-from .moe import MoESlots, act16_scale, expert_span, sum_last, swiglu, tile_rows, tile_slots, word_major_pos
+from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, tile_mxfp4
 from .sync import consume, scratch, signal_count, wait_count
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -88,14 +88,12 @@ def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr, fin_ptr, inv_ptr, ctr_ptr, ntile,
-              n_tiles, SUM_LAST: tl.constexpr):
+              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
     """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
     act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
     weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunks of a
     row of OUTW (whole K steps): the program holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2
-    reads them). SUM_LAST (mlp2): the layer's combine too (kernels.moe.sum_last: the last of a token's k rows
-    sums them into fin[token] for this program's N tile `ntile` of n_tiles)."""
+    reads them)."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
     wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
@@ -123,16 +121,13 @@ def _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, 
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
         tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * gate[None, :]).to(tl.bfloat16),
                  mask=mmask[None, :] & (j < N)[:, None])
-        if SUM_LAST:
-            sum_last(out_ptr, inv_ptr, fin_ptr, ctr_ptr, slots // TOPK, mmask, j, j < N, ntile, n_tiles, N, TOPK, 1)
 
 
 @triton.jit
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr, fin_ptr,
-                  inv_ptr, ctr_ptr, SUM_LAST: tl.constexpr):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel)."""
     tile = tl.program_id(0)
@@ -177,8 +172,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         _epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-                  limit, act_scale, SMAX, PHASE, LOGICAL, fin_ptr, inv_ptr, ctr_ptr, tl.program_id(1),
-                  tl.num_programs(1), SUM_LAST)
+                  limit, act_scale, SMAX, PHASE, LOGICAL)
         if CHAIN:
             _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
 
@@ -297,7 +291,7 @@ if gluon is not None:
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE, False, out_ptr, sorted_ptr, sorted_ptr, 0, 0, False)
+                        alpha, limit, act_scale, SMAX, PHASE, False)
 
 
     @gluon.jit
@@ -372,7 +366,7 @@ if gluon is not None:
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE, False, out_ptr, sorted_ptr, sorted_ptr, 0, 0, False)
+                        alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
@@ -381,7 +375,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, fin_ptr, inv_ptr, ctr_ptr, SUM_LAST: gl.constexpr):
+                       CHAIN: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -389,8 +383,7 @@ if gluon is not None:
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. SUM_LAST: mlp2
-        also combines (_epilogue)."""
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -423,17 +416,14 @@ if gluon is not None:
                 j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
             _g_epilogue(acc_a, acc_b, j, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                        alpha, limit, act_scale, SMAX, PHASE, True, fin_ptr, inv_ptr, ctr_ptr, gl.program_id(0),
-                        gl.num_programs(0), SUM_LAST)
+                        alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
 
-def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
-            fin=None) -> int:
+def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
-    its stores into them, mlp2 waits for `need` of them per tile). fin: the [T, H] output mlp2 combines into
-    (SUM_LAST; its counters are kept per grid shape, each reset by the program that completes it)."""
+    its stores into them, mlp2 waits for `need` of them per tile)."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -441,9 +431,6 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
-    ctr = None if fin is None else scratch(x16.device, ("moe_sum_last",), fin.shape[0] * grid[1], torch.int32)
-    chained.update(fin_ptr=out if fin is None else fin, inv_ptr=r.inverse, ctr_ptr=r.offsets if ctr is None else ctr,
-                   SUM_LAST=fin is not None)
     if compiled_wg:
         grid = grid[::-1]
     if cfg["TILED"]:
@@ -480,7 +467,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, SUM_LAST=False):
+                NIB=False, CHAIN=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -495,9 +482,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
-    interrupted between its two launches would leave them set). SUM_LAST (WGMMA, with combine): mlp2 also
-    combines, the last program of each token and N tile summing the token's k rows (kernels.moe.sum_last; the
-    same bits as the combine launch it replaces). x16 (plane-major) is not used."""
+    interrupted between its two launches would leave them set). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -508,14 +493,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
-    fin = torch.empty((T, H), device=x.device, dtype=torch.bfloat16) if SUM_LAST and combine else None
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg, chain, need, fin)
-    if fin is not None:
-        return fin
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -539,10 +521,10 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as is SUM_LAST."""
+    built into the WGMMA kernel only."""
     stages = cfg.get("STAGES") or 0
-    if (cfg.get("CHAIN") or cfg.get("SUM_LAST")) and not cfg.get("WGMMA"):
-        return "CHAIN and SUM_LAST apply only with WGMMA"
+    if cfg.get("CHAIN") and not cfg.get("WGMMA"):
+        return "CHAIN applies only with WGMMA"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -565,10 +547,9 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "SUM_LAST": (False, True)},
+           "CHAIN": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "SUM_LAST": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

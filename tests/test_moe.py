@@ -410,33 +410,6 @@ def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
-@pytest.mark.parametrize("tokens,chain", [(21, False), (64, True)])
-def test_moe_mma_sum_last_is_the_combine(tokens, chain, device):
-    """SUM_LAST combines inside mlp2: the program completing a token's k rows of an N tile sums them in slot
-    order, so the output has the combine launch's bits, call after call on changing routings (duplicate expert
-    ids per token included: the layer's rows come from rgen's zipf sample and from explicit duplicates), with
-    every counter back at zero after each call; combine=False still returns the rows."""
-    from kernels.sync import SCRATCH
-
-    if device.type == "cpu" and tokens != 21:
-        pytest.skip("the interpreter runs the programs one after the other: one shape is enough there")
-    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "RING_W": True, "NIB": True, "CHAIN": chain}
-    for seed in range(2 if device.type == "cpu" else 20):
-        dw, x, r, ref = odd_layer(60 + seed, tokens, seed, device)
-        if seed % 2:  # every token's first two slots on one expert
-            ids = r.ids.clone()
-            ids[:, 1] = ids[:, 0]
-            r = K.Routing.from_ids(ids, r.weights, 4)
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, SUM_LAST=True)
-        assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)), seed
-        counters = [c for k, c in SCRATCH.items() if "moe_sum_last" in k]
-        assert counters and all(int(c.abs().sum()) == 0 for c in counters), seed
-    slots = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, SUM_LAST=True, combine=False)
-    assert torch.equal(slots.combine(), y)
-    assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "SUM_LAST": True}, {})
-
-
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
