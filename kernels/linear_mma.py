@@ -280,7 +280,9 @@ if gluon is not None:
         the previous step's A listed in the wait's deps, because Triton hands the deps to ptxas only inside a
         comment of the wait's asm: ptxas sees the A registers dead after the HGMMA and the next step's decode
         overwrites them while it may still read them (sm_90 SASS; results/20261123T050813-h100-80gb-hbm3-moe-
-        mma-wgmma, results/20261123T161917-h100-80gb-hbm3-linear-wgmma-overlap). A slot is refilled only after
+        mma-wgmma, results/20261123T161917-h100-80gb-hbm3-linear-wgmma-overlap). Made legal with two A register
+        sets each kept allocated by a never-taken store after its wait (cce7435), the overlap was correct and
+        10-25% slower (results/20261124T031717-h100-80gb-hbm3-moe-overlap). A slot is refilled only after
         every warp passed the barrier that publishes the next step's x, i.e. after every warp's MMA on it."""
         STEP: gl.constexpr = CHUNKS * 16  # words per row and step
         WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
