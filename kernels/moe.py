@@ -435,15 +435,20 @@ def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gat
 
 
 @triton.jit
-def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, BLOCK_H: tl.constexpr):
-    pdl_enter()
+def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, BLOCK_H: tl.constexpr):
+    """out[t] = fp32 sum of token t's TOPK rows of y, in slot order. The rows' positions are read before the
+    PDL wait: route wrote them, and every launch since waited for the one before it before letting its
+    successor start."""
     t = tl.program_id(0)
+    kk = tl.arange(0, TOPK_P2)
+    pos = tl.load(inv_ptr + t * TOPK + kk, mask=kk < TOPK, other=0).to(tl.int64)
+    pdl_enter()
     rh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = rh < H
     acc = tl.zeros((BLOCK_H,), tl.float32)
     for j in tl.static_range(TOPK):
-        pos = tl.load(inv_ptr + t * TOPK + j).to(tl.int64)
-        acc += tl.load(y_ptr + pos * H + rh, mask=hm, other=0.0).to(tl.float32)
+        row = tl.sum(tl.where(kk == j, pos, 0))
+        acc += tl.load(y_ptr + row * H + rh, mask=hm, other=0.0).to(tl.float32)
     tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
 
 
@@ -469,6 +474,7 @@ class MoESlots:
         out = torch.empty((T, H), device=self.rows.device, dtype=torch.bfloat16)
         if T:
             _combine_kernel[(T, triton.cdiv(H, 1024))](self.rows, self.inverse, out, H, TOPK=self.top_k,
+                                                       TOPK_P2=triton.next_power_of_2(self.top_k),
                                                        BLOCK_H=1024, **pdl_launch(inner=True))
         return out
 
