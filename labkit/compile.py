@@ -227,15 +227,9 @@ def resource_usage(kernel) -> dict:
 def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     """Instruction count and opcode histogram of the largest loop (the K loop) in SASS."""
     instrs, labels = _instructions(sass)
-    best: list[str] = []
-    for i, ins in enumerate(instrs):
-        br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
-        if br and br.group(1) in labels and labels[br.group(1)] <= i:
-            body = instrs[labels[br.group(1)]: i + 1]
-            if len(body) > len(best):
-                best = body
-    mix = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0].split(".")[0] for ins in best)
-    return len(best), mix
+    start, end = max(_loops(instrs, labels), key=lambda lp: lp[1] - lp[0], default=(0, -1))
+    mix = collections.Counter(_unpredicated(ins).split()[0].split(".")[0] for ins in instrs[start:end + 1])
+    return end + 1 - start, mix
 
 
 def _instructions(sass: str) -> tuple[list[str], dict[str, int]]:
@@ -251,6 +245,21 @@ def _instructions(sass: str) -> tuple[list[str], dict[str, int]]:
     return instrs, labels
 
 
+def _loops(instrs: list[str], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """(first, last) instruction index of every loop: a branch back to an earlier label."""
+    out = []
+    for i, ins in enumerate(instrs):
+        br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
+        if br and br.group(1) in labels and labels[br.group(1)] <= i:
+            out.append((labels[br.group(1)], i))
+    return out
+
+
+def _unpredicated(ins: str) -> str:
+    """The instruction without its @P / @!UP guard."""
+    return re.sub(r"^@!?U?P\w+\s+", "", ins)
+
+
 _NO_DEST = ("ST", "STS", "STG", "STL", "RED", "ATOM", "HGMMA", "BRA", "BAR", "WARPGROUP", "DEPBAR", "LDGSTS",
             "LDGDEPBAR", "EXIT", "RET", "ISETP", "FSETP", "HSETP2", "PLOP3", "R2UR", "WARPSYNC", "NOP", "MEMBAR",
             "FENCE", "SYNCS", "CCTL", "ERRBAR", "BSSY", "BSYNC", "CALL", "UTMALDG", "UTMASTG")
@@ -258,8 +267,7 @@ _NO_DEST = ("ST", "STS", "STG", "STL", "RED", "ATOM", "HGMMA", "BRA", "BAR", "WA
 
 def _written(ins: str) -> set[int]:
     """General registers an instruction writes (its first operand; .64 / .128 forms write 2 / 4)."""
-    ins = re.sub(r"^@!?U?P\w+\s+", "", ins)
-    parts = ins.split(None, 1)
+    parts = _unpredicated(ins).split(None, 1)
     if len(parts) < 2 or parts[0].split(".")[0] in _NO_DEST:
         return set()
     m = re.fullmatch(r"R(\d+)(\.\w+)?", parts[1].split(",")[0].strip())
@@ -277,11 +285,7 @@ def wgmma_hazards(sass: str) -> list[str]:
     (n <= groups issued since), and report every write to its A registers on the way. Branches inside the
     loop are not followed (both sides are walked in address order), which is conservative for writes."""
     instrs, labels = _instructions(sass)
-    loops = []
-    for i, ins in enumerate(instrs):
-        br = re.search(r"BRA\s+(?:\S+\s+)?`?\(?\.(L_x_\d+)", ins)
-        if br and br.group(1) in labels and labels[br.group(1)] <= i:
-            loops.append((labels[br.group(1)], i))
+    loops = _loops(instrs, labels)
     found = []
     for idx, ins in enumerate(instrs):
         if "HGMMA" not in ins or "gsb0" not in ins:
@@ -303,7 +307,7 @@ def wgmma_hazards(sass: str) -> list[str]:
                 k = loop[0]
             if k >= len(instrs):
                 break
-            t = re.sub(r"^@!?U?P\w+\s+", "", instrs[k])
+            t = _unpredicated(instrs[k])
             if t.startswith("WARPGROUP.DEPBAR.LE") and int(t.split(",")[-1], 16) <= pending:
                 break
             if t.startswith("HGMMA") and "gsb0" in t:
