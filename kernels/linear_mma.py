@@ -261,24 +261,11 @@ if gluon is not None:
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
     @gluon.jit
-    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, SLOT: gl.constexpr):
-        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot SLOT
-        (c % STAGES) and commit it as one group (past the last step: an empty group, so the waits stay
-        uniform)."""
-        async_copy.async_copy_global_to_shared(xsm[SLOT], x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot c % STAGES
+        and commit it as one group (past the last step: an empty group, so the waits stay uniform)."""
+        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
-
-    @gluon.jit
-    def _g_ring(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr, STAGES: gl.constexpr):
-        """A ring of STAGES shared-memory slots as separate allocations (a tuple, indexed by constexpr slot).
-
-        Why: Triton's barrier pass (Membar) takes two slots of one [STAGES, ...] allocation to overlap, so it put
-        a CTA barrier before every refill and every wgmma: four per K step where one is needed (the one after
-        the copies' wait, which also orders the refill of the slot read a step earlier)."""
-        ring = (gl.allocate_shared_memory(dtype, shape, layout),)
-        for _ in gl.static_range(STAGES - 1):
-            ring = ring + (gl.allocate_shared_memory(dtype, shape, layout),)
-        return ring
 
     @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
@@ -303,41 +290,38 @@ if gluon is not None:
         AHEAD: gl.constexpr = STAGES - 1
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(AHEAD):
-            _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, q)
+            _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         v_n = gl.load(w_ptr + wofs, mask=group < KW, other=0)
         s_n = gl.load(s_ptr + sofs, mask=block < KB, other=0)
-        for c0 in range(0, steps, STAGES):  # unrolled by the ring's length: every slot index is a constant
-            for slot in gl.static_range(STAGES):
-                c = c0 + slot
-                if c < steps:
-                    v, s = v_n, s_n
-                    more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
-                    v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1) * STEP + group < KW * more, other=0)
-                    s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1) * (STEP // 4) + block < KB * more,
-                                  other=0)
-                    w = _g_decode_step(v, s, SMAX, NIB)
-                    a = gl.convert_layout(w, A_L, assert_trivial=True)
-                    async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
-                    gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
-                    fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-                    _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, (slot + AHEAD) % STAGES)
-                    acc = warpgroup_mma(a, xsm[slot].permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(0, deps=[acc])
+        for c in range(0, steps):
+            v, s = v_n, s_n
+            more = gl.minimum(steps - 1 - c, 1)  # 0 on the last step: the next loads are all masked off
+            v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1) * STEP + group < KW * more, other=0)
+            s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1) * (STEP // 4) + block < KB * more, other=0)
+            w = _g_decode_step(v, s, SMAX, NIB)
+            a = gl.convert_layout(w, A_L, assert_trivial=True)
+            async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
+            gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
+            fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+            _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES)
+            acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c, steps, KW, KB,
-                      STEP: gl.constexpr, SLOT: gl.constexpr):
+                      STEP: gl.constexpr, STAGES: gl.constexpr):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (a row's 4 per chunk, contiguous in tile_mxfp4's layout, which is
-        zero-padded to whole chunks) into ring slot SLOT (c % STAGES), as one group; past the last step
-        nothing (zero-filled)."""
-        async_copy.async_copy_global_to_shared(wsm[SLOT], w_ptr + wofs + c * (STEP * 16),
+        zero-padded to whole chunks) into ring slot c % STAGES, as one group; past the last step nothing
+        (zero-filled)."""
+        slot = c % STAGES
+        async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
                                                mask=c * STEP + group < KW)
-        async_copy.async_copy_global_to_shared(ssm[SLOT], s_ptr + scofs + c * (STEP * 4),
+        async_copy.async_copy_global_to_shared(ssm.index(slot), s_ptr + scofs + c * (STEP * 4),
                                                mask=c * (STEP // 16) + scblock < (KW + 15) // 16)
-        async_copy.async_copy_global_to_shared(xsm[SLOT], x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
 
     @gluon.jit
@@ -352,22 +336,20 @@ if gluon is not None:
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(STAGES - 1):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
-                          STEP, q)
-        for c0 in range(0, steps, STAGES):  # unrolled by the ring's length: every slot index is a constant
-            for slot in gl.static_range(STAGES):
-                c = c0 + slot
-                if c < steps:
-                    async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
-                    gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
-                    fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-                    v = wsm[slot].load(LW)
-                    s = ssm[slot].load(gl.SliceLayout(3, LW))
-                    _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock,
-                                  c + STAGES - 1, steps, KW, KB, STEP, (slot + STAGES - 1) % STAGES)
-                    w = _g_decode_step(v, s, SMAX, NIB)
-                    acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                        xsm[slot].permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(0, deps=[acc])
+                          STEP, STAGES)
+        for c in range(0, steps):
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
+            gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
+            fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
+                          steps, KW, KB, STEP, STAGES)
+            slot = c % STAGES
+            v = wsm.index(slot).load(LW)
+            s = ssm.index(slot).load(gl.SliceLayout(3, LW))
+            w = _g_decode_step(v, s, SMAX, NIB)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -390,12 +372,12 @@ if gluon is not None:
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
-        xsm = _g_ring(gl.float16, [BLOCK_M, 128 * CHUNKS], SX, STAGES)
+        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if RING_W:
-            wsm = _g_ring(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW, STAGES)
-            ssm = _g_ring(gl.uint8, [BLOCK_N, CHUNKS, 4], SS, STAGES)
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+            ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
             scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
                                   K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
