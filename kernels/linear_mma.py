@@ -283,7 +283,14 @@ if gluon is not None:
         mma-wgmma, results/20261123T161917-h100-80gb-hbm3-linear-wgmma-overlap). Made legal with two A register
         sets each kept allocated by a never-taken store after its wait (cce7435), the overlap was correct and
         10-25% slower (results/20261124T031717-h100-80gb-hbm3-moe-overlap). A slot is refilled only after
-        every warp passed the barrier that publishes the next step's x, i.e. after every warp's MMA on it."""
+        every warp passed the barrier that publishes the next step's x, i.e. after every warp's MMA on it.
+
+        Barriers: Triton's barrier pass takes any two slots of the ring's one allocation to overlap and adds a
+        CTA barrier wherever a slot written by a pending copy could be read. The barrier sits right after the
+        copies' wait (the pass adds none of its own there) and the proxy fence after it: two barriers per K
+        step, not four (1-3% faster from 512 tokens, results/20261124T051949-h100-80gb-hbm3-moe-bar-new). One
+        per step needs one allocation per slot and the loop unrolled by STAGES (constant slot indices); that
+        ran ~17% slower (...051218-...-moe-ab-new against ...051349-...-moe-ab-old), the unroll alone ~20%."""
         STEP: gl.constexpr = CHUNKS * 16  # words per row and step
         WSTEP: gl.constexpr = STEP * (16 if TILED else 1)  # tiled: 16 rows' chunks between a row's chunks
         SSTEP: gl.constexpr = STEP // 4 * (16 if TILED else 1)
