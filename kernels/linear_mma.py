@@ -317,22 +317,26 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c, steps, KW, KB,
+    def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c, steps, KW, KB,
                       STEP: gl.constexpr, STAGES: gl.constexpr):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
-        reads later) and scale bytes (a row's 4 per chunk, contiguous in tile_mxfp4's layout, which is
-        zero-padded to whole chunks) into ring slot c % STAGES, as one group; past the last step nothing
-        (zero-filled)."""
+        reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
+        layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
+        group; past the last step nothing (zero-filled)."""
         slot = c % STAGES
+        CHUNKS: gl.constexpr = STEP // 16
         async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
                                                mask=c * STEP + group < KW)
-        async_copy.async_copy_global_to_shared(ssm.index(slot), s_ptr + scofs + c * (STEP * 4),
-                                               mask=c * (STEP // 16) + scblock < (KW + 15) // 16)
+        NB4: gl.constexpr = ssm.shape[1] // CHUNKS  # rows // 4
+        for q in gl.static_range(CHUNKS):
+            async_copy.async_copy_global_to_shared(ssm.index(slot).slice(q * NB4, NB4),
+                                                   s_ptr + scofs + (c * CHUNKS + q) * 64,
+                                                   mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
+    def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
                         NIB: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
@@ -342,17 +346,18 @@ if gluon is not None:
         STEP: gl.constexpr = CHUNKS * 16
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(STAGES - 1):
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, q, steps, KW, KB,
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
                           STEP, STAGES)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, scblock, c + STAGES - 1,
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c + STAGES - 1,
                           steps, KW, KB, STEP, STAGES)
             slot = c % STAGES
             v = wsm.index(slot).load(LW)
-            s = ssm.index(slot).load(gl.SliceLayout(3, LW))
+            s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
+                gl.SliceLayout(3, LW))
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
@@ -361,15 +366,19 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_scale_copy(rows, KW, CHUNKS: gl.constexpr, LSC: gl.constexpr):
-        """Offsets of step 0's scale bytes [rows, chunks, 4 (t)] in tile_mxfp4's layout, in the copy layout LSC
-        (rows given in any layout; a row's 4 bytes are one 4-byte copy), and each byte's chunk (the mask)."""
-        r = gl.convert_layout(rows, gl.SliceLayout(1, gl.SliceLayout(2, LSC)))
-        cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, gl.SliceLayout(2, LSC)))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LSC)))
-        srow = gl.multiple_of((r // 16) * (((KW + 15) // 16) * 64) + (r % 16) * 4, 4)
-        ofs = srow[:, None, None] + (cc * 64)[None, :, None] + t[None, None, :]
-        return ofs, cc[None, :, None]
+    def _g_scale_copy(rows, KW, LSC: gl.constexpr):
+        """Offsets [rows // 4, 16] (copy layout LSC) of the scale bytes of chunk 0 of step 0 in tile_mxfp4's
+        layout: tile positions 4i .. 4i + 3 read weight rows g .. g + 3, g = rows[4i] rounded down to a multiple
+        of 4, whose 4 bytes each are 16 contiguous bytes (one 16-byte copy, not four 4-byte ones). The tile's
+        rows run in fours from multiples of 4 except where clamped at the weight's last row, whose positions are
+        computed and never stored; rounding down keeps their copy inside the row's 16-row group."""
+        NB: gl.constexpr = rows.shape[0]
+        LR: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+        g = gl.min(gl.reshape(gl.convert_layout(rows, LR), [NB // 4, 4]), axis=1) // 4 * 4
+        g = gl.convert_layout(g, gl.SliceLayout(1, LSC))
+        b = gl.arange(0, 16, layout=gl.SliceLayout(0, LSC))
+        base = gl.multiple_of((g // 16) * (((KW + 15) // 16) * 64) + (g % 16) * 4, 16)
+        return gl.max_contiguous(gl.multiple_of(base[:, None] + b[None, :], [16, 16]), [1, 16])
 
     @gluon.jit
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -384,9 +393,9 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if RING_W:
             wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
-            ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, CHUNKS, 4], SS)
-            scofs, scblock = _g_scale_copy(rows, K // 8, CHUNKS, LSC)
-            acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, scblock, x_ptr, xofs, xsm, wsm, ssm, K // 8,
+            ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
+            scofs = _g_scale_copy(rows, K // 8, LSC)
+            acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
                                   K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
@@ -483,10 +492,10 @@ def wg_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 @functools.cache
 def wg_ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     """(word slot, scale slot, scale copy layout) of RING_W: words as ring_layouts stores them, scale bytes
-    [BLOCK_N, CHUNKS, 4] plainly, copied 16 bytes (4 rows x 4) per thread."""
+    [CHUNKS * BLOCK_N / 4, 16] (chunk-major) plainly, copied 16 bytes (4 rows x 4) per thread and chunk."""
     SW, _, _ = ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-    SS = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
-    LSC = gl.BlockedLayout([4, 1, 4], [32, 1, 1], [num_warps, 1, 1], [2, 0, 1])
+    SS = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    LSC = gl.BlockedLayout([1, 16], [32, 1], [num_warps, 1], [1, 0])
     return SW, SS, LSC
 
 
