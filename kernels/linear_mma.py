@@ -331,6 +331,7 @@ if gluon is not None:
         for q in gl.static_range(CHUNKS):
             async_copy.async_copy_global_to_shared(ssm.index(slot).slice(q * NB4, NB4),
                                                    s_ptr + scofs + (c * CHUNKS + q) * 64,
+                                                   # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
