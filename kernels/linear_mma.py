@@ -40,7 +40,7 @@ import torch
 
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
-from .linear_f16 import hmul2, split_h2, x_to_f16
+from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
@@ -52,13 +52,6 @@ try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exi
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
-
-
-@triton.jit
-def _scale_mult(s, SMAX):
-    """Scale bytes -> fp16x2 words 2^(s - SMAX + 15) in both halves (exponent field s - SMAX + 30, >= 1)."""
-    f = tl.maximum(s.to(tl.int32) - SMAX + 30, 1).to(tl.uint32) << 10
-    return f | (f << 16)
 
 
 @triton.jit
@@ -74,7 +67,7 @@ def decode_f16_word_major(v, s, SMAX):
     the scale bytes span at most 24 binades), element q of each word at position 2q (q < 4) or 2q - 7, i.e.
     x_to_f16's word-major order, so plain row loads of x_to_f16 rows meet them (moe_tc's F16 path)."""
     a, b, c, d = e2m1_pairs(v)
-    m = _scale_mult(s, SMAX)
+    m = scale_mult_h2(s, SMAX)
     t = tl.join(tl.join(_halves(a, m), _halves(b, m)), tl.join(_halves(c, m), _halves(d, m)))  # [R, W, h, p0, p1]
     return tl.reshape(tl.permute(t, (0, 1, 4, 3, 2)), (v.shape[0], v.shape[1] * 8))  # pair p = 2 p1 + p0, then h
 
@@ -85,7 +78,7 @@ def decode_step(v, s, SMAX, NIB: tl.constexpr):
     logical K order: E2M1 * 2^(s - SMAX + 1). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
     15 instructions per word); its pairs B, D come 2^8 larger and get a multiplier 2^8 smaller (one more
     half2 multiply per block and row; exact, the smaller multiplier at worst an fp16 subnormal)."""
-    m = _scale_mult(s, SMAX)[:, :, :, None]
+    m = scale_mult_h2(s, SMAX)[:, :, :, None]
     if NIB:
         a, b, c, d = nib_pairs(v.to(tl.uint32, bitcast=True))
         mb = hmul2(m, (m & 0) | NIB_DOWN_H2)
