@@ -427,7 +427,7 @@ register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168), "WGMMA": (False, True),
-           "STAGES": (2, 3, 4), "RING_W": (False, True), "NIB": (False, True)},
+           "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
