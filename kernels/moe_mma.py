@@ -380,7 +380,8 @@ if gluon is not None:
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
-        brings each column's pair into one thread (layout EPI, through shared memory). The grid is (N tiles,
+        brings each column's pair into one thread (layout EPI, through shared memory); mlp2's brings 8 consecutive
+        rows of a token into one thread (one 16-byte store, not 8 scattered 2-byte ones). The grid is (N tiles,
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
@@ -412,11 +413,11 @@ if gluon is not None:
                 acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
                 j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-            else:
-                acc_a = acc
-                acc_b = acc
-                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, MMA))
-                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+            else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
+                acc_a = gl.convert_layout(acc, EPI)
+                acc_b = acc_a
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
+                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
             _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
                         out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
@@ -449,7 +450,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])  # a column's gate/linear pair per thread
+        if phase == 1:  # a column's gate/linear pair per thread
+            EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])
+        else:  # 8 consecutive rows of one token per thread
+            EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
