@@ -12,7 +12,6 @@ if head is None:
         print(",".join(r)[:300])
     sys.exit()
 hdr = rows[head]
-print("columns:", [c for c in hdr][:40])
 src = hdr.index("Source")
 samp = next((i for i, c in enumerate(hdr) if c.startswith("Warp Stall Sampling (All")), None)
 if samp is None:
@@ -30,10 +29,11 @@ def num(v):
 total = sum(num(r[samp]) for r in body) or 1.0
 ops = collections.Counter()
 for r in body:
-    ops[r[src].split()[0].lstrip("@!P0123456789T").split(".")[0] if r[src].split() else "?"] += num(r[samp])
+    words = [w for w in r[src].split() if not w.startswith("@")]  # drop the predicate (@P0, @!PT)
+    ops[words[0].split(".")[0] if words else "?"] += num(r[samp])
 print(f"{len(body)} instructions, {total:.0f} samples; by opcode:")
 print("  " + ", ".join(f"{k} {v / total:.1%}" for k, v in ops.most_common(16)))
-stall_cols = [i for i, c in enumerate(hdr) if c.startswith("stall_") or "Stall" in c and i != samp]
+stall_cols = [i for i, c in enumerate(hdr) if c.startswith("stall_") and "Not Issued" not in c]
 for r in sorted(body, key=lambda r: -num(r[samp]))[:40]:
     extra = sorted(((num(r[i]), hdr[i]) for i in stall_cols), reverse=True)[:3]
     print(f"{num(r[samp]) / total:6.1%}  {r[src][:70]:70s} " + " ".join(f"{n}={v:.0f}" for v, n in extra if v))

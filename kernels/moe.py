@@ -77,7 +77,7 @@ from .variants import (
 def swiglu(g, lin, alpha, limit, scale=1.0):
     """GPT-OSS SwiGLU of gate g and linear lin (fp32): the gate clamped above at limit, lin to +-limit, +1;
     times scale (a power of two, so folding it into the +1 is exact). The sigmoid takes sm_90's approximate
-    exp2 and division (2 ulp in fp32, far below the fp16 or bf16 the activation is stored in): Triton's
+    exp2 and division (a few ulp in fp32, far below the fp16 or bf16 the activation is stored in): Triton's
     tl.sigmoid divides with IEEE rounding, ~10 instructions more per element in the epilogue of moe_mma."""
     g = tl.minimum(g, limit)
     lin = tl.minimum(tl.maximum(lin, -limit), limit)
