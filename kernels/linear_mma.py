@@ -78,31 +78,16 @@ def decode_step(v, s, SMAX, NIB: tl.constexpr):
     logical K order: E2M1 * 2^(s - SMAX + 1). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
     15 instructions per word); its pairs B, D come 2^8 larger and get a multiplier 2^8 smaller (one more
     half2 multiply per block and row; exact, the smaller multiplier at worst an fp16 subnormal)."""
-    m, mb = step_mults(s, SMAX, NIB)
-    return decode_words(v, m, mb, NIB)
-
-
-@triton.jit
-def step_mults(s, SMAX, NIB: tl.constexpr):
-    """A step's scale bytes [R, C, 4] -> the fp16x2 multipliers (pairs A and C, pairs B and D) of
-    decode_words, [R, C, 4, 1] (NIB: B and D's 2^8 smaller)."""
     m = scale_mult_h2(s, SMAX)[:, :, :, None]
     if NIB:
-        return m, hmul2(m, (m & 0) | NIB_DOWN_H2)
-    return m, m
-
-
-@triton.jit
-def decode_words(v, m, mb, NIB: tl.constexpr):
-    """Words [R, C, 4 (t), I] (I of a lane's 4 words, a K slice: word i holds logical K 32 i .. 32 i + 31 of
-    its chunk) with step_mults' multipliers -> fp16 [R, 32 C I] in logical K order."""
-    if NIB:
         a, b, c, d = nib_pairs(v.to(tl.uint32, bitcast=True))
+        mb = hmul2(m, (m & 0) | NIB_DOWN_H2)
     else:
         a, b, c, d = e2m1_pairs(v.to(tl.uint32, bitcast=True))
+        mb = m
     w = tl.join(tl.join(_halves(a, m), _halves(b, mb)), tl.join(_halves(c, m), _halves(d, mb)))  # [R,C,t,i,e,h,s]
     w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))  # [R, C, i, s, h, t, e]
-    return tl.reshape(w, (w.shape[0], w.shape[1] * w.shape[2] * 32))
+    return tl.reshape(w, (w.shape[0], w.shape[1] * 128))
 
 
 @triton.jit
@@ -186,8 +171,6 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
 if gluon is not None:
     # the shared steps re-wrapped for Gluon (the Triton helpers they call are compiled along with them)
     _g_decode_step = gluon.jit(decode_step.fn)
-    _g_step_mults = gluon.jit(step_mults.fn)
-    _g_decode_words = gluon.jit(decode_words.fn)
     _g_x_chunks = gluon.jit(_x_chunks.fn)
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
@@ -347,35 +330,19 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_keep(a):
-        """Read a's registers (shared stores, 4 registers each). Called under a condition that is false at run
-        time but unknown to the compilers, right after the wait that retires the wgmma reading a as A, so that
-        a's registers stay allocated up to there: ptxas frees an operand's registers at the HGMMA that reads it
-        and lets later instructions overwrite them while the MMA still runs (Triton hands a wait's deps to
-        ptxas only in an asm comment; results/20261123T161917-h100-80gb-hbm3-linear-wgmma-overlap). Shared
-        stores, because ptxas keeps them behind the wait (the wgmma reads shared memory); a global store it
-        moved ahead of it."""
-        gl.inline_asm_elementwise(
-            "{ st.shared.v4.b32 [$8], {$4, $5, $6, $7}; mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; "
-            "mov.b32 $3, 0; }", "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r",
-            [a, gl.full(a.shape, 0, gl.int32, a.type.layout)], dtype=gl.float16, is_pure=False, pack=8)
-
-    @gluon.jit
-    def _g_word_halves(v):
-        """A lane's words [R, C, 4 (t), I] -> (the first I / 2, the last I / 2): the K slices they hold."""
-        R: gl.constexpr = v.shape[0]
-        C: gl.constexpr = v.shape[1]
-        I: gl.constexpr = v.shape[3]
-        return gl.split(gl.permute(gl.reshape(v, [R, C, 4, 2, I // 2]), (0, 1, 2, 4, 3)))
-
-    @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, SLICES: gl.constexpr):
+                        NIB: gl.constexpr):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
-        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute)."""
+        caps the prefetch at one step: long-scoreboard stalls dominated the 128-token tiles in Nsight Compute).
+
+        Issuing a step as 2 or 4 wgmmas, each once its K slice is decoded (the slices' A registers kept
+        allocated to the wait by shared stores in a never-taken branch; ea0df83), was bit-identical and no
+        faster: geometric means 1.011-1.018, 1-6% slower from 512 tokens (results/20261124T090950-h100-80gb-
+        hbm3-moe-slices, ...091124-...-linear-slices). ptxas issued the first slice early and the rest together,
+        and two programs per SM already overlap one's decode with the other's wgmma."""
         STEP: gl.constexpr = CHUNKS * 16
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(STAGES - 1):
@@ -391,42 +358,10 @@ if gluon is not None:
             v = wsm.index(slot).load(LW)
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
                 gl.SliceLayout(3, LW))
-            if SLICES == 1:
-                w = _g_decode_step(v, s, SMAX, NIB)
-                acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                    xsm.index(slot).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
-            else:  # each slice's wgmma runs while the next slice is decoded
-                W: gl.constexpr = 128 // SLICES
-                xk = xsm.index(slot)
-                if SLICES == 2:
-                    v0, v1 = _g_word_halves(v)
-                    m, mb = _g_step_mults(gl.convert_layout(s, gl.SliceLayout(3, v0.type.layout)), SMAX, NIB)
-                    a0 = gl.convert_layout(_g_decode_words(v0, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a0, xk.slice(0, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    a1 = gl.convert_layout(_g_decode_words(v1, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a1, xk.slice(W, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(0, deps=[acc])
-                    if SMAX < 0:  # never, unknown to the compilers (_g_keep)
-                        _g_keep(a0)
-                else:
-                    v01, v23 = _g_word_halves(v)
-                    v0, v1 = _g_word_halves(v01)
-                    v2, v3 = _g_word_halves(v23)
-                    m, mb = _g_step_mults(gl.convert_layout(s, gl.SliceLayout(3, v0.type.layout)), SMAX, NIB)
-                    a0 = gl.convert_layout(_g_decode_words(v0, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a0, xk.slice(0, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    a1 = gl.convert_layout(_g_decode_words(v1, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a1, xk.slice(W, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    a2 = gl.convert_layout(_g_decode_words(v2, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a2, xk.slice(2 * W, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    a3 = gl.convert_layout(_g_decode_words(v3, m, mb, NIB), A_L, assert_trivial=True)
-                    acc = warpgroup_mma(a3, xk.slice(3 * W, W, dim=1).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(0, deps=[acc])
-                    if SMAX < 0:  # never, unknown to the compilers (_g_keep)
-                        _g_keep(a0)
-                        _g_keep(a1)
-                        _g_keep(a2)
+            w = _g_decode_step(v, s, SMAX, NIB)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -449,7 +384,7 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr, SLICES: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
         wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
@@ -461,7 +396,7 @@ if gluon is not None:
             ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
             scofs = _g_scale_copy(rows, K // 8, LSC)
             acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, SLICES)
+                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
         else:
             acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32, SMAX,
                              CHUNKS, TILED, STAGES, A_L, NIB)
@@ -472,7 +407,7 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr, SLICES: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers."""
         _g_pdl_enter()
@@ -482,7 +417,7 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, SLICES)
+                            LW, MMA, SX, SW, SS, LSC, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -532,8 +467,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
                 "ROWS*BLOCK_M/2 > 64: larger builds spill)")
     ring_w = cfg.get("RING_W", False)
-    if cfg.get("SLICES", 1) != 1 and not (ring_w and c == 1):
-        return f"SLICES={cfg['SLICES']} splits a 128-K step of the RING_W loop: it needs RING_W and CHUNKS=1"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -598,7 +531,7 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, SLICES=1):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -607,9 +540,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
-    cached): 9 instead of 15 decode instructions per word. SLICES (RING_W, CHUNKS=1) issues each K step as
-    SLICES wgmmas, each as soon as its K slice is decoded, so the tensor cores start while the rest is decoded
-    (the slices' A registers kept allocated until the step's wait)."""
+    cached): 9 instead of 15 decode instructions per word."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -630,8 +561,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, SLICES=SLICES, num_warps=num_warps, **extra,
-                               **pdl_launch(inner=True))
+                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

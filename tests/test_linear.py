@@ -97,22 +97,6 @@ def test_gemv_mma_wgmma_path_matches_mma_sync(m, n, k, device):
             assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg))
 
 
-@pytest.mark.parametrize("m,n,k", SHAPES)
-def test_gemv_mma_slices_are_bit_identical(m, n, k, device):
-    """SLICES (RING_W, CHUNKS=1) issues each K step as 2 or 4 wgmmas, each once its K slice is decoded: the same
-    k16 MMAs in the same order, so the same bits as one wgmma per step; without WGMMA and RING_W it is refused."""
-    x, w, b, ref = make(m, n, k, seed=m + 5 * n, dev=device)
-    cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "STAGES": 3,
-           "RING_W": True, "NIB": True}
-    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-    for slices in (2, 4):
-        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", SLICES=slices, **cfg), y), slices
-    assert rel_err(y, ref) < tol("gemv_mma")
-    v, problem = K.VARIANTS["gemv_mma"], {"op": "linear", "m": m, "n": n, "k": k}
-    assert "only with WGMMA" in v.reason({**v.defaults, "SLICES": 2}, problem)
-    assert "CHUNKS=1" in v.reason({**cfg, "CHUNKS": 2, "SLICES": 4}, problem)
-
-
 def wide_span_weight(n, k, seed, dev):
     """An MXFP4 weight whose scale bytes span exactly 24 binades (the most the fp16-weight decodes hold
     exactly): block j of row r is random with its largest magnitude 4 * 2^-((j + r) % 25)."""

@@ -410,20 +410,6 @@ def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
-@pytest.mark.parametrize("tokens", [5, 70])
-def test_moe_mma_slices_are_bit_identical(tokens, device):
-    """SLICES issues a K step as 2 or 4 wgmmas, each once its K slice is decoded: the same k16 MMAs in the same
-    order, so the same bits as one wgmma per step (on the GPU; the interpreter runs one arithmetic), K tails,
-    partial tiles and both phases included."""
-    cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "RING_W": True, "NIB": True}
-    dw, x, r, ref = odd_layer(7, tokens, 5, device)
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-    for slices in (2, 4):
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", SLICES=slices, **cfg), y), slices
-    assert rel_err(y, ref) < TOL
-
-
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
@@ -467,11 +453,6 @@ def test_moe_mma_wgmma_rule():
     assert v.reason({**wg, "RING_W": True, "TILED": True}, problem) is None
     assert "shared memory" in v.reason({**wg, "RING_W": True, "TILED": True, "STAGES": 7}, problem)
     assert "only with WGMMA" in v.reason({**v.defaults, "RING_W": True}, problem)
-    ring = {**wg, "RING_W": True, "TILED": True, "BLOCK_M": 64, "ROWS": 2, "num_warps": 4}
-    assert v.reason({**ring, "SLICES": 4}, problem) is None
-    assert "CHUNKS=1" in v.reason({**ring, "SLICES": 2, "CHUNKS": 2, "BLOCK_M": 16}, problem)
-    assert "RING_W" in v.reason({**wg, "SLICES": 2}, problem)
-    assert "only with WGMMA" in v.reason({**v.defaults, "SLICES": 2}, problem)
 
 
 def test_moe_mma_ring_rule():
