@@ -10,6 +10,9 @@ and xors them; the blocks of tile p, step c lie at:
 - groups16: p * S * 8 KB + g * S * 1 KB + c * 1 KB  (tile_mxfp4: 8 runs of 16 rows, 1 KB per step each)
 - chunk:   (c * P + p) * 8 KB                      (step c of all tiles together: neighbours read neighbours)
 - flat:    one program per block (the short-program reference).
+Then, tile-contiguous with 4 slots and 32 warps (at most 2 programs per SM): persistent against one tile per
+program (moe_mma's grid: each program's ring filled anew after a CTA launch), each with and without an
+epilogue of 500 dependent multiply-adds per tile before the next tile's first copies.
 Every figure is the lab's method (labkit.bench.time_calls: CUDA-graph replays over rotating copies, >= 4x the
 L2 per replay, median per call).
 
@@ -30,7 +33,7 @@ LAYOUTS = {"program": 0, "groups16": 1, "chunk": 2}
 
 
 @triton.jit
-def _long(w_ptr, out_ptr, S, P, B: tl.constexpr, LAYOUT: tl.constexpr, STAGES: tl.constexpr):
+def _long(w_ptr, out_ptr, S, P, B: tl.constexpr, LAYOUT: tl.constexpr, STAGES: tl.constexpr, EPI: tl.constexpr = 0):
     """G programs (the grid) take tiles q, q + G, ... of P; a tile is S steps of one B-word block each (a ring of
     STAGES - 1 blocks in flight: Triton's cp.async pipeline). 32-bit offsets: P * S * B < 2^31 here."""
     o = tl.arange(0, B)
@@ -44,6 +47,11 @@ def _long(w_ptr, out_ptr, S, P, B: tl.constexpr, LAYOUT: tl.constexpr, STAGES: t
             else:
                 offs = (c * P + p) * B + o
             acc ^= tl.load(w_ptr + offs)
+        if EPI:  # a tile's epilogue: EPI dependent multiply-adds per element before the next tile's copies
+            f = acc.to(tl.float32)
+            for _ in range(EPI):
+                f = f * 1.0001 + 1.0
+            acc ^= f.to(tl.int32)
     tl.store(out_ptr + tl.program_id(0) * B + o, acc)
 
 
@@ -73,6 +81,14 @@ def main():
                 rows.append((name, lay, stages, per_sm, nbytes, r["us_graph"]))
                 print(f"{name:10s} {lay:9s} stages {stages} programs/SM {per_sm}  {r['us_graph']:8.1f} us "
                       f"{nbytes / r['us_graph'] / 1e3:6.0f} GB/s", flush=True)
+        for per_sm, epi in ((2, 0), (2, 500), (0, 0), (0, 500)):  # 32 warps: at most 2 programs per SM
+            g = per_sm * sms if per_sm else P  # 0: one tile per program, as moe_mma's grid
+            r = time_calls([lambda w=w, P=P, S=S, g=g, epi=epi: _long[(g,)](
+                w, out, S, P, B=B, LAYOUT=0, STAGES=4, EPI=epi, num_warps=32) for w in bufs], reps=20)
+            lay = f"program {'persistent' if per_sm else 'per tile'} epi {epi}"
+            rows.append((name, lay, 4, 2, nbytes, r["us_graph"]))
+            print(f"{name:10s} {lay:30s} 32 warps  {r['us_graph']:8.1f} us {nbytes / r['us_graph'] / 1e3:6.0f} GB/s",
+                  flush=True)
         r = time_calls([lambda w=w, n=P * S: _flat[(n,)](w, out, B=B, num_warps=4) for w in bufs], reps=20)
         rows.append((name, "flat", 1, 0, nbytes, r["us_graph"]))
         print(f"{name:10s} flat                      {r['us_graph']:8.1f} us {nbytes / r['us_graph'] / 1e3:6.0f} GB/s",
