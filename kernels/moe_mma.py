@@ -30,7 +30,7 @@ import torch
 
 from ._triton import INTERPRETED, pdl_launch, pdl_release, tl, triton
 from .decode import tc_dot
-from .linear_f16 import logical_pos, sm_count, x_to_f16
+from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
     SHARED_BYTES,
     _tile_offsets,
@@ -370,21 +370,34 @@ if gluon is not None:
                         out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
-    def _g_moe_wg_tile(n, tile, NT, x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
+    def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr):
-        """_moe_wg_kernel's work on N tile n of token tile `tile` (NT N tiles per token tile)."""
+        """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
+        rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
+        BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
+        brings each column's pair into one thread (layout EPI, through shared memory); mlp2's brings 8 consecutive
+        rows of a token into one thread (one 16-byte store, not 8 scattered 2-byte ones). The grid is (N tiles,
+        token tiles): the programs running together share one x tile and one expert's weights, which stay in
+        L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
+        CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
+        if CHAIN and PHASE == 2:
+            _g_pdl_release()
+        else:
+            _g_pdl_enter()
+        tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-            ra, rb = _g_rows(n * COLS + r % COLS, N, PHASE, TILED)
+            ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
@@ -398,52 +411,17 @@ if gluon is not None:
                 LP: gl.constexpr = gl.SliceLayout(2, EPI)
                 acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
                 acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-                j = n * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
                 acc_a = gl.convert_layout(acc, EPI)
                 acc_b = acc_a
-                j = n * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
-            _g_epilogue(acc_a, acc_b, j, n * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
+            _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
                         out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
-                _g_chain_done(chain_ptr, tile, TILES, NT, PHASE)
-
-    @gluon.jit
-    def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
-                       K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
-                       EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                       TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
-                       MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
-                       SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, NT, PERSIST: gl.constexpr):
-        """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
-        rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
-        BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
-        brings each column's pair into one thread (layout EPI, through shared memory); mlp2's brings 8 consecutive
-        rows of a token into one thread (one 16-byte store, not 8 scattered 2-byte ones). The grid is (N tiles,
-        token tiles): the programs running together share one x tile and one expert's weights, which stay in
-        L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
-        CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave.
-        PERSIST: a grid of fewer programs, each taking (N tile, token tile) pairs q, q + G, ... of the same order
-        (N tiles fastest), so no program is launched per tile (NT N tiles per token tile)."""
-        if CHAIN and PHASE == 2:
-            _g_pdl_release()
-        else:
-            _g_pdl_enter()
-        if PERSIST:
-            for q in range(gl.program_id(0), NT * TILES, gl.num_programs(0)):
-                _g_moe_wg_tile(q % NT, q // NT, NT, x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
-                               out_ptr, N, K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP,
-                               BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC,
-                               NIB, chain_ptr, TILES, NEED, CHAIN)
-        else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
-            _g_moe_wg_tile(gl.program_id(0), gl.program_id(1), NT, x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
-                           b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE,
-                           PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS,
-                           LSC, NIB, chain_ptr, TILES, NEED, CHAIN)
+                _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
@@ -454,8 +432,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
-    cols_tiles = triton.cdiv(N // 2 if phase == 1 else N, cols)
-    grid = (tile_slots(r, BM), cols_tiles)
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     if compiled_wg:
         grid = grid[::-1]
@@ -479,12 +456,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        per_sm = cfg.get("PERSIST") or 0
-        if per_sm:  # at most per_sm programs per SM, each taking every G-th tile of the same order
-            grid = (min(grid[0] * grid[1], per_sm * sm_count(x16.device)),)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained,
-                             NT=cols_tiles, PERSIST=bool(per_sm), **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
@@ -495,12 +468,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         else:
             _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
                                   num_warps=cfg["num_warps"], **extra)
-    return cols_tiles
+    return grid[0] if compiled_wg else grid[1]
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, PERSIST=0):
+                NIB=False, CHAIN=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -515,10 +488,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
-    interrupted between its two launches would leave them set). PERSIST (WGMMA) launches PERSIST programs per
-    SM that take the tiles in turn instead of one program per tile (a persistent read ring streams 5-7% faster
-    than one filled anew per launched program: results/20261124T093345-h100-80gb-hbm3-layout-stream-turnover).
-    x16 (plane-major) is not used."""
+    interrupted between its two launches would leave them set). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -528,7 +498,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, PERSIST=PERSIST)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -563,8 +533,8 @@ def _rule_ring(cfg, problem):
         return "CHAIN applies only with WGMMA"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
-    if cfg.get("RING_W") or cfg.get("PERSIST"):
-        return "RING_W and PERSIST apply only with WGMMA"
+    if cfg.get("RING_W"):
+        return "RING_W applies only with WGMMA"
     if not stages:
         return None
     if stages < 2:
@@ -583,10 +553,9 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "PERSIST": (0, 1, 2, 3, 4)},
+           "CHAIN": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "PERSIST": 0},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

@@ -410,26 +410,6 @@ def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
-@pytest.mark.parametrize("tokens", [5, 70])
-def test_moe_mma_persistent_grid_is_bit_identical(tokens, device):
-    """PERSIST launches a few programs per SM that take the (N tile, token tile) pairs in turn: the same tiles,
-    the same arithmetic, so the same bits as one program per tile, with and without CHAIN (whose counters then
-    count programs' tiles, not programs), call after call on changing routings."""
-    from kernels.sync import SCRATCH
-
-    cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "RING_W": True, "NIB": True}
-    for seed in range(1 if device.type == "cpu" else 6):
-        dw, x, r, ref = odd_layer(7, tokens, seed, device)
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-        for extra in ({"PERSIST": 1}, {"PERSIST": 2, "CHAIN": True}, {"PERSIST": 3, "CHAIN": True}):
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra), y), (seed, extra)
-        counters = [c for k, c in SCRATCH.items() if "moe_mma_chain" in k]
-        assert all(int(c.abs().sum()) == 0 for c in counters), seed
-    assert rel_err(y, ref) < TOL
-    assert "only with WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "PERSIST": 2}, {})
-
-
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
