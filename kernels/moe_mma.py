@@ -473,7 +473,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False):
+                NIB=False, CHAIN=False, ROWS2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -488,7 +488,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
-    interrupted between its two launches would leave them set). x16 (plane-major) is not used."""
+    interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -503,7 +504,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg, chain, need)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -513,7 +514,11 @@ def _rule_registers(cfg, problem):
     16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
     Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
     and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not.
-    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason)."""
+    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason). ROWS2 (mlp2's ROWS)
+    is held to the same rules."""
+    if cfg.get("ROWS2") and cfg["ROWS2"] != cfg["ROWS"]:
+        return (_rule_registers({**cfg, "ROWS2": None}, problem)
+                or _rule_registers({**cfg, "ROWS": cfg["ROWS2"], "ROWS2": None}, problem))
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
@@ -553,9 +558,10 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
-              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False},
+              "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
+              "ROWS2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "

@@ -410,6 +410,24 @@ def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
+@pytest.mark.parametrize("tokens", [5, 70])
+def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
+    """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
+    layer's bits do not change, with and without CHAIN (mlp2's programs per token tile then differ from
+    mlp1's); a ROWS2 whose mlp2 build would not fit is refused."""
+    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
+           "RING_W": True, "NIB": True}
+    dw, x, r, ref = odd_layer(7, tokens, 4, device)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    for extra in ({"ROWS2": 1}, {"ROWS2": 1, "CHAIN": True}):
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra), y), extra
+    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, "ROWS": 1}, ROWS2=2), y)
+    assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "ROWS2": 1}, problem) is None
+    assert "spill" in v.reason({**v.defaults, **cfg, "BLOCK_M": 128, "ROWS": 1, "ROWS2": 2}, problem)
+
+
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
