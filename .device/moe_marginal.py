@@ -122,9 +122,10 @@ def main():
         if run:
             (run.path / "marginal.csv").write_text("\n".join(lines) + "\n")
     if run:
-        run.update_meta(contents="marginal.csv: CUDA-graph us per call of moe_mma's layer chain with stages left out "
-                                 "(full, no_x, no_comb, core = mlp1 + mlp2, mlp1, mlp2) at the sweeps' best configs, "
-                                 "on the sweep's routing sample and relabelings")
+        run.update_meta(contents="marginal.csv: CUDA-graph us per call of a MoE layer's launch chain with stages left "
+                                 "out (full, no_x, no_comb, core = mlp1 + mlp2; moe_mma also mlp1, mlp2 alone) at the "
+                                 "sweeps' best moe_mma (16-512 tokens) and moe_h2g (1-4 tokens) configs, on the "
+                                 "sweep's routing sample and relabelings")
         run.finish()
     print("\n".join(summary))
 

@@ -514,11 +514,7 @@ def _rule_registers(cfg, problem):
     16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
     Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
     and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not.
-    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason). ROWS2 (mlp2's ROWS)
-    is held to the same rules."""
-    if cfg.get("ROWS2") and cfg["ROWS2"] != cfg["ROWS"]:
-        return (_rule_registers({**cfg, "ROWS2": None}, problem)
-                or _rule_registers({**cfg, "ROWS": cfg["ROWS2"], "ROWS2": None}, problem))
+    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason)."""
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
@@ -553,6 +549,17 @@ def _rule_ring(cfg, problem):
     return None
 
 
+def _rule_rows2(cfg, problem):
+    """ROWS2 builds mlp2 with ROWS = ROWS2: that build is held to the register and ring rules too; ROWS2 equal
+    to ROWS would repeat the config without it."""
+    if cfg.get("ROWS2") is None:
+        return None
+    if cfg["ROWS2"] == cfg["ROWS"]:
+        return f"ROWS2={cfg['ROWS2']} equals ROWS (None repeats this config)"
+    mlp2 = {**cfg, "ROWS": cfg["ROWS2"], "ROWS2": None}
+    return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
+
+
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
@@ -562,7 +569,8 @@ register(Variant(
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, rule_scale_span),
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
+           rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "

@@ -426,6 +426,10 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
     assert v.reason({**v.defaults, **cfg, "ROWS2": 1}, problem) is None
     assert "spill" in v.reason({**v.defaults, **cfg, "BLOCK_M": 128, "ROWS": 1, "ROWS2": 2}, problem)
+    assert "equals ROWS" in v.reason({**v.defaults, **cfg, "ROWS2": 2}, problem)
+    ring = {**v.defaults, "BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "STAGES": 6}  # mma.sync ring
+    assert v.reason(ring, problem) is None
+    assert "shared memory" in v.reason({**ring, "ROWS2": 2}, problem)  # mlp2's 128-row slots: 240 KiB
 
 
 @pytest.mark.parametrize("cfg", [
