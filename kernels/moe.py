@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import pdl_enter, pdl_launch, tl, triton
+from ._triton import pdl_enter, pdl_launch, pdl_release, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import (
@@ -52,7 +52,7 @@ from .linear_f16 import (
 from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
 from .routing import Routing
-from .sync import wait_count
+from .sync import consume, scratch, signal_count, wait_count
 from .variants import (
     Variant,
     get_variant,
@@ -227,23 +227,43 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                    NIB: tl.constexpr = False):
+                    NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
     broadcast over the tile's rows).
     mlp2 (PHASE 2) reads its routing before the PDL wait, overlapping that chain of dependent loads with
     mlp1's tail: route wrote it two launches back and had finished before mlp1 let mlp2 start. mlp1 waits
-    first: with x16 from router_logits it directly follows route."""
+    first: with x16 from router_logits it directly follows route.
+    CHAIN: the grid is (N tiles, positions), so a position's N tiles run together and the first positions'
+    act rows are done first; mlp1 counts each program's stores on its position's counter (chain_ptr[i]); mlp2
+    skips the PDL wait and waits for its own position's NEED mlp1 programs (it starts during mlp1's last wave),
+    its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them)."""
+    if CHAIN:
+        i = tl.program_id(1)
+        pid_n = tl.program_id(0)
+    else:
+        i = tl.program_id(0)
+        pid_n = tl.program_id(1)
     if PHASE == 1:
         pdl_enter()
-    e, rm, mmask, active = _program_rows(tl.program_id(0), ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if PHASE == 2:
-        pdl_enter()
+        if CHAIN:
+            pdl_release()
+        else:
+            pdl_enter()
     if active:
-        h2g_tile(e, tl.program_id(0), rm, mmask, tl.program_id(1), xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr,
-                 s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
-                 s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
+        if CHAIN and PHASE == 2:
+            wait_count(chain_ptr + i, NEED)
+        h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
+                 out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
+        if CHAIN:
+            if PHASE == 1:
+                signal_count(chain_ptr + i)
+            else:
+                consume(chain_ptr + S + i, chain_ptr + i, tl.num_programs(0))
 
 
 @triton.jit
@@ -513,20 +533,28 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                          num_warps=cfg["num_warps"], num_stages=1)
 
 
-def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True):
-    """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2)."""
+def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True,
+                chain=None, need=0):
+    """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2). chain: CHAIN's
+    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. Returns the launch's
+    N tiles."""
     E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
     p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
+    chained = {}
+    if chain is not None:
+        grid = grid[::-1]
+        chained = dict(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
                           PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
-                          **pdl_launch(inner))
+                          **chained, **pdl_launch(inner))
+    return grid[0] if chain is not None else grid[1]
 
 
 def _nibbles(p: PreparedMXFP4, cfg) -> PreparedMXFP4:
@@ -577,7 +605,8 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         scale = act16_scale(limit)
         xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
-        _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None)
+        chain = scratch(x.device, ("moe_h2g_chain",), 2 * S) if cfg.get("CHAIN") else None
+        need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
             p2 = _nibbles(p2, cfg)
@@ -587,7 +616,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 num_warps=cfg["num_warps"], num_stages=1)
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
-        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2)
+        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
             scale = act16_scale(limit)
@@ -647,6 +676,10 @@ def _rule_h2g_combine(cfg, problem):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
+    if cfg.get("CHAIN") and cfg.get("COMBINE"):
+        return "CHAIN orders the two launches of COMBINE=False (mlp1 then mlp2): use COMBINE=False with CHAIN"
+    if cfg.get("CHAIN") and problem["tokens"] * problem["top_k"] > 65535:
+        return "CHAIN's grid puts the T*k sorted positions on grid axis 1 (at most 65535)"
     return None
 
 
@@ -654,9 +687,9 @@ register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
-           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True)},
+           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -664,7 +697,8 @@ register(Variant(
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
                 "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
                 "flight while one is used (register double buffer, as gemv_h2g); NIB: reads shuffle_nibbles' copy "
-                "(decode in 9 instructions per word instead of 15)",
+                "(decode in 9 instructions per word instead of 15); CHAIN: mlp2 starts during mlp1's last wave, each "
+                "program once its own position's act row is stored (device counters, as moe_mma's CHAIN)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

@@ -410,6 +410,32 @@ def test_moe_mma_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert "WGMMA" in K.VARIANTS["moe_mma"].reason({**K.VARIANTS["moe_mma"].defaults, "CHAIN": True}, {})
 
 
+@pytest.mark.parametrize("tokens", [1, 4, 21])
+def test_moe_h2g_chain_is_bit_identical_and_resets_its_counters(tokens, device):
+    """moe_h2g's CHAIN: the grid turned to (N tiles, positions) and mlp2 ordered after its own position's mlp1
+    programs by device counters (on the GPU under PDL, while mlp1's last programs still run): the same bits as
+    without, call after call on changing routings (BLOCK_M > 1: positions that start no chunk neither signal
+    nor wait), every counter back at zero after each call; refused with COMBINE and past grid axis 1."""
+    from kernels.sync import SCRATCH
+
+    if device.type == "cpu" and tokens == 21:
+        pytest.skip("the interpreter runs the programs one after the other: two shapes are enough there")
+    for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8},
+                {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 128, "TILED": True}):
+        for seed in range(2 if device.type == "cpu" else 20):
+            dw, x, r, ref = odd_layer(13, tokens, seed, device)
+            y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg, CHAIN=True)
+            assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)), (cfg, seed)
+            counters = [c for k, c in SCRATCH.items() if "moe_h2g_chain" in k]
+            assert counters and all(int(c.abs().sum()) == 0 for c in counters), (cfg, seed)
+        assert rel_err(y, ref) < TOL
+    v = K.VARIANTS["moe_h2g"]
+    problem = {"op": "moe", "m": 4, "tokens": 4, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert "COMBINE" in v.reason({**v.defaults, "CHAIN": True, "COMBINE": True}, problem)
+    assert "65535" in v.reason({**v.defaults, "CHAIN": True}, {**problem, "m": 40000, "tokens": 40000})
+    assert v.reason({**v.defaults, "CHAIN": True}, problem) is None
+
+
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
