@@ -422,7 +422,7 @@ def test_moe_h2g_chain_is_bit_identical_and_resets_its_counters(tokens, device):
         pytest.skip("the interpreter runs the programs one after the other: two shapes are enough there")
     for cfg in ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8},
                 {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 128, "TILED": True}):
-        for seed in range(2 if device.type == "cpu" else 20):
+        for seed in range(1 if device.type == "cpu" else 20):
             dw, x, r, ref = odd_layer(13, tokens, seed, device)
             y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg, CHAIN=True)
             assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)), (cfg, seed)
