@@ -58,25 +58,11 @@ def signal_count(ctr_ptr):
 
 
 @triton.jit
-def pause(x, ns):
-    """Sleep about `ns` nanoseconds (PTX nanosleep, a hint) and return x, which orders the sleep in the loop;
-    a no-op in the interpreter."""
-    if INTERP:
-        return x
-    else:
-        return tl.inline_asm_elementwise("nanosleep.u32 $2;\n\tmov.b32 $0, $1;", "=r,r,r", [x, ns], dtype=tl.int32,
-                                         is_pure=False, pack=1)
-
-
-@triton.jit
-def wait_count(ctr_ptr, need, BACKOFF: tl.constexpr = 0):
-    """Poll the counter at ctr_ptr with acquire loads until it reaches need (or SPIN polls have passed);
-    BACKOFF > 0 sleeps about that many nanoseconds between polls (fewer L2 requests from waiting programs)."""
+def wait_count(ctr_ptr, need):
+    """Poll the counter at ctr_ptr with acquire loads until it reaches need (or SPIN polls have passed)."""
     n = load_acquire(ctr_ptr)
     spins = 0
     while (n < need) & (spins < SPIN):
-        if BACKOFF > 0:
-            spins = pause(spins, BACKOFF)
         n = load_acquire(ctr_ptr)
         spins += 1
 
