@@ -39,7 +39,7 @@ def _problem_cols(op: str) -> list[str]:
     return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
 
 
-def _runnable(variant: str, config: str) -> bool:
+def runnable(variant: str, config: str) -> bool:
     """Whether this checkout can still run a stored (variant, config): the variant is registered and knows
     every parameter (runs keep configs of options measured and later removed, e.g. L2_PREFETCH)."""
     from kernels import VARIANTS
@@ -70,7 +70,7 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[_runnable(v, c) and layout in (None, config_layout(c)) for v, c in zip(df["variant"], df["config"])]]
+    df = df[[runnable(v, c) and layout in (None, config_layout(c)) for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
     df["t"] = df["us_graph"].fillna(df["us_eager"])

@@ -20,8 +20,8 @@ def _run(tmp_path, name, points, read_gbps, bf16_tflops=800.0, started="2026-11-
     return run.path
 
 
-def _lm_head(m, us, variant="gemv_h2g", nbytes=3.0e8, **kw):
-    return {"op": "linear", "variant": variant, "config": {"BLOCK_N": 8}, "m": m, "n": 201088, "k": 2880,
+def _lm_head(m, us, variant="gemv_h2g", nbytes=3.0e8, config=None, **kw):
+    return {"op": "linear", "variant": variant, "config": config or {}, "m": m, "n": 201088, "k": 2880,
             "routing": None, "status": "ok", "us_graph": us, "bytes": nbytes, "flops": 2.0 * m * 201088 * 2880,
             "shape": "lm_head", **kw}
 
@@ -36,6 +36,14 @@ def test_floors_use_the_highest_ceiling_of_all_runs(tmp_path):
     assert row["met"] and row["run_id"] == "a"
     assert out.set_index("m").loc[2]["value"] == pytest.approx(100.0 / 110.0)
     assert out.attrs["ceilings"][GPU]["read_gbps"] == 3000.0
+
+
+def test_configs_this_checkout_cannot_run_are_left_out(tmp_path):
+    # a faster point measured with an option since removed (PERSIST on gemv_mma: no such parameter now)
+    a = _run(tmp_path, "a", [_lm_head(1, 90.0, variant="gemv_mma", config={"BLOCK_M": 16, "PERSIST": 2}),
+                              _lm_head(1, 100.0, variant="gemv_mma", config={"BLOCK_M": 16})], read_gbps=3000.0)
+    row = judge([a], targets=[LM_HEAD]).set_index("m").loc[1]
+    assert row["us"] == 100.0 and "PERSIST" not in row["config"]
 
 
 def test_unmeasured_points_are_listed_and_misses_counted(tmp_path):
