@@ -676,9 +676,16 @@ def _rule_h2g_combine(cfg, problem):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
-    if cfg.get("CHAIN") and cfg.get("COMBINE"):
+    return None
+
+
+def _rule_h2g_chain(cfg, problem):
+    """CHAIN orders mlp1 and a separate mlp2 launch, with the sorted positions on grid axis 1 (at most 65535)."""
+    if not cfg.get("CHAIN"):
+        return None
+    if cfg.get("COMBINE"):
         return "CHAIN orders the two launches of COMBINE=False (mlp1 then mlp2): use COMBINE=False with CHAIN"
-    if cfg.get("CHAIN") and problem["tokens"] * problem["top_k"] > 65535:
+    if problem.get("m", 0) * problem.get("top_k", 1) > 65535:
         return "CHAIN's grid puts the T*k sorted positions on grid axis 1 (at most 65535)"
     return None
 
@@ -691,7 +698,7 @@ register(Variant(
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_h2g_combine),
+           rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "

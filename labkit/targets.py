@@ -14,7 +14,9 @@ touched, and samples differ between runs.
 
 A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the
 configs of options measured and later removed (PERSIST, SLICES, BACKOFF), and a target is met by the code as
-it stands. Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
+it stands.
+
+Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
 starts while the one before drains, an overlap of back-to-back layers that one call of the op never gets.
 (Unset, the default, launches only an op's own later kernels with PDL: its first waits for the op before.)
 """
@@ -118,9 +120,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
         raise ValueError(f"no run on a GPU matching {gpu!r} measured its ceilings")
     df = read_runs(paths)
     df = df[df["gpu"].isin(ceil) & (df["status"] == "ok") & df["us_graph"].notna()].copy()
-    lab_cfg = ~df["variant"].isin(BASELINES)
-    can_run = pd.Series([runnable(v, c) for v, c in zip(df["variant"], df["config"])], index=df.index, dtype=bool)
-    df = df[~lab_cfg | can_run].copy()
+    df = df[[v in BASELINES or runnable(v, c) for v, c in zip(df["variant"], df["config"])]].copy()
     df["problem"] = _problem(df)
     bw = df["gpu"].map(lambda g: ceil[g]["read_gbps"]) * 1e9
     rate = df["gpu"].map(lambda g: ceil[g]["bf16_tflops"]) * 1e12
