@@ -49,7 +49,9 @@ try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exi
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -366,6 +368,65 @@ if gluon is not None:
         return acc
 
     @gluon.jit
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr):
+        """TMA: step c's weight words and scale bytes as two tensor-memory-accelerator copies into ring slot
+        c % STAGES (issued by one thread, completing on the slot's mbarrier), x rows by cp.async as in
+        _g_ring_issue (one group per step); past the last step only an empty x group."""
+        slot = c % STAGES
+        CHUNKS: gl.constexpr = STEP // 16
+        live = c < steps
+        bar = bars.index(slot)
+        mbarrier.expect(bar, wsm.shape[1] * wsm.shape[2] * wsm.shape[3] * 4 + ssm.shape[1] * ssm.shape[2] * 64,
+                        pred=live)
+        tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+        tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=live)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
+                       STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                       NIB: gl.constexpr):
+        """_g_wg_ring_loop with the weight words and scales of each step copied by TMA (tile_mxfp4's words
+        viewed [G, KC, 256], scales [KC, G, 64]: one box per step lands in the slot exactly as RING_W's
+        cp.async copies lay it out) instead of 16-byte cp.async copies by every thread: fewer instructions
+        per step and one bulk request per slot. x stays on cp.async (moe_mma gathers its rows)."""
+        STEP: gl.constexpr = CHUNKS * 16
+        NG: gl.constexpr = wdesc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = NG * 16
+        steps = gl.cdiv(KW, STEP)
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, NG, CHUNKS, 256], wdesc.layout)
+        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, NG, 64], sdesc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for q in gl.static_range(STAGES):
+            mbarrier.init(bars.index(q), count=1)
+        fence_async_shared()
+        gl.thread_barrier()
+        for q in gl.static_range(STAGES - 1):
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+        for c in range(0, steps):
+            slot = c % STAGES
+            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
+            # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
+            # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
+            gl.thread_barrier()
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales landed
+            fence_async_shared()
+            v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
+            s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
+                1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c + STAGES - 1, steps, STEP, STAGES)
+            w = _g_decode_step(v, s, SMAX, NIB)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        async_copy.wait_group(0)
+        for q in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(q))
+        return acc
+
+    @gluon.jit
     def _g_scale_copy(rows, KW, LSC: gl.constexpr):
         """Offsets [rows // 4, 16] (copy layout LSC) of the scale bytes of chunk 0 of step 0 in tile_mxfp4's
         layout: tile positions 4i .. 4i + 3 read weight rows g .. g + 3, g = rows[4i] rounded down to a multiple
@@ -407,17 +468,23 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
-        instead of into every warp's registers."""
+        instead of into every warp's registers. TMA: the weights through _g_wg_tma_loop."""
         _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
-        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
-        acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB)
+        if TMA:
+            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
+            acc = _g_wg_tma_loop(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA), wdesc, sdesc, pid_n * (BLOCK_N // 16),
+                                 x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
+                                 gl.DotOperandLayout(0, MMA, 2), SW, NIB)
+        else:
+            rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
+            acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES,
+                                RING_W, LW, MMA, SX, SW, SS, LSC, NIB)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -467,6 +534,8 @@ def wgmma_reason(cfg: dict) -> str | None:
         return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
                 "ROWS*BLOCK_M/2 > 64: larger builds spill)")
     ring_w = cfg.get("RING_W", False)
+    if cfg.get("TMA") and not ring_w:
+        return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -530,8 +599,26 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
+def tma_descriptors(p, NG: int, CHUNKS: int):
+    """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
+    words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
+    (a box lands chunk-major, as RING_W's scale slot). Made once per box shape and cached on p."""
+    cache = p.__dict__.setdefault("_tma", {})
+    key = (NG, CHUNKS)
+    if key not in cache:
+        G, KC = p.words.shape[-4], p.words.shape[-3]
+        w = p.words.reshape(-1, KC, 256)
+        s = p.scales.reshape(-1, KC, 64)
+        cache[key] = (
+            TensorDescriptor(w, list(w.shape), list(w.stride()), [NG, CHUNKS, 256],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
+            TensorDescriptor(s, [KC, s.shape[0], 64], [64, KC * 64, 1], [CHUNKS, NG, 64],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
+    return cache[key]
+
+
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -540,7 +627,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     same decoded A registers, x in logical K order copied once per program into a ring of STAGES shared-memory
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
-    cached): 9 instead of 15 decode instructions per word."""
+    cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
+    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -560,8 +648,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
+        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, num_warps=num_warps, **extra, **pdl_launch(inner=True))
+                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, num_warps=num_warps,
+                               **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
