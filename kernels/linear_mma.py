@@ -49,8 +49,13 @@ try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exi
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
@@ -606,7 +611,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
     cache = p.__dict__.setdefault("_tma", {})
     key = (NG, CHUNKS)
     if key not in cache:
-        G, KC = p.words.shape[-4], p.words.shape[-3]
+        KC = p.words.shape[-3]
         w = p.words.reshape(-1, KC, 256)
         s = p.scales.reshape(-1, KC, 64)
         cache[key] = (
