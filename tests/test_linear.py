@@ -340,6 +340,38 @@ def test_variants_under_cuda_graph_capture(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemv_mma_tma_is_bit_identical(m, n, k):
+    """TMA copies the same words and scale bytes into the same ring slots as RING_W's cp.async copies (a box
+    per step; groups past the weight read as zeros): bit-identical, under a CUDA graph too (the descriptors
+    are kernel parameters, made once per weight). Only compiled kernels have it (the interpreter's twin
+    ignores it), hence GPU only."""
+    x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
+    w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
+    for cfg in ({"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "STAGES": 3},
+                {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "STAGES": 4, "NIB": True}):
+        cfg = {**cfg, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(yg, y), cfg
+
+
+def test_gemv_mma_tma_rule():
+    """TMA fills RING_W's ring: refused without it and off wgmma."""
+    v = LINEAR["gemv_mma"]
+    prob = {"m": 16, "n": 256, "k": 512}
+    ring = {**v.defaults, "TILED": True, "WGMMA": True, "RING_W": True, "STAGES": 3}
+    assert v.reason({**ring, "TMA": True}, prob) is None
+    assert "RING_W" in v.reason({**ring, "RING_W": False, "TMA": True}, prob)
+    assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
+
+
+@pytest.mark.gpu
 def test_timing_sanity_bigger_is_slower():
     from labkit.bench import time_calls
 
