@@ -373,23 +373,27 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr):
+    def _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c, steps,
+                     STEP: gl.constexpr, STAGES: gl.constexpr):
         """TMA: step c's weight words and scale bytes as tensor-memory-accelerator copies into ring slot
         c % STAGES (one box each, or two, from 16-row groups g0 and g1 of expert e, when the tile stacks two
-        halves), issued by one thread and completing on the slot's mbarrier; x rows by cp.async as in
-        _g_ring_issue (one group per step). Past the last step only an empty x group."""
+        halves), issued by one thread and completing on the slot's mbarriers (words and scales each their own
+        allocation: Triton's barrier pass takes two operations on one allocation to conflict and puts a CTA
+        barrier between them; both expects go first, so one barrier separates them from the copies); x rows by
+        cp.async as in _g_ring_issue (one group per step). Past the last step only an empty x group."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         HALVES: gl.constexpr = wsm.shape[1]
         NGB: gl.constexpr = wsm.shape[2]
         live = c < steps
-        bar = bars.index(slot)
-        mbarrier.expect(bar, HALVES * NGB * CHUNKS * (1024 + 64), pred=live)
+        wbar = wbars.index(slot)
+        sbar = sbars.index(slot)
+        mbarrier.expect(wbar, HALVES * NGB * CHUNKS * 1024, pred=live)
+        mbarrier.expect(sbar, HALVES * NGB * CHUNKS * 64, pred=live)
         for h in gl.static_range(HALVES):
             g = g0 if h == 0 else g1
-            tma.async_copy_global_to_shared(wdesc, [e, g, c * CHUNKS, 0], bar, wsm.index(slot).slice(h, 1), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [e, c * CHUNKS, g, 0], bar, ssm.index(slot).slice(h, 1), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [e, g, c * CHUNKS, 0], wbar, wsm.index(slot).slice(h, 1), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [e, c * CHUNKS, g, 0], sbar, ssm.index(slot).slice(h, 1), pred=live)
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=live)
         async_copy.commit_group()
 
@@ -409,33 +413,38 @@ if gluon is not None:
         steps = gl.cdiv(KW, STEP)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, HALVES, NGB, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, HALVES, CHUNKS, NGB, 64], sdesc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        wbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        sbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
-            mbarrier.init(bars.index(q), count=1)
+            mbarrier.init(wbars.index(q), count=1)
+            mbarrier.init(sbars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
         for q in gl.static_range(STAGES - 1):
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, q, steps, STEP, STAGES)
+            _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, q, steps, STEP,
+                         STAGES)
         for c in range(0, steps):
             slot = c % STAGES
             async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
             # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
-            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales landed
+            mbarrier.wait(wbars.index(slot), (c // STAGES) & 1)  # step c's words landed
+            mbarrier.wait(sbars.index(slot), (c // STAGES) & 1)  # and its scale bytes
             fence_async_shared()
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c + STAGES - 1, steps, STEP,
-                         STAGES)
+            _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c + STAGES - 1, steps,
+                         STEP, STAGES)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(q))
+            mbarrier.invalidate(wbars.index(q))
+            mbarrier.invalidate(sbars.index(q))
         return acc
 
     @gluon.jit
