@@ -373,78 +373,66 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c, steps,
-                     STEP: gl.constexpr, STAGES: gl.constexpr):
-        """TMA: step c's weight words and scale bytes as tensor-memory-accelerator copies into ring slot
-        c % STAGES (one box each, or two, from 16-row groups g0 and g1 of expert e, when the tile stacks two
-        halves), issued by one thread and completing on the slot's mbarriers (words and scales each their own
-        allocation: Triton's barrier pass takes two operations on one allocation to conflict and puts a CTA
-        barrier between them; both expects go first, so one barrier separates them from the copies); x rows by
-        cp.async as in _g_ring_issue (one group per step). Past the last step only an empty x group."""
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr):
+        """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
+        copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier; x rows
+        by cp.async as in _g_ring_issue (one group per step). Past the last step only an empty x group."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
-        HALVES: gl.constexpr = wsm.shape[1]
-        NGB: gl.constexpr = wsm.shape[2]
         live = c < steps
-        wbar = wbars.index(slot)
-        sbar = sbars.index(slot)
-        mbarrier.expect(wbar, HALVES * NGB * CHUNKS * 1024, pred=live)
-        mbarrier.expect(sbar, HALVES * NGB * CHUNKS * 64, pred=live)
-        for h in gl.static_range(HALVES):
-            g = g0 if h == 0 else g1
-            tma.async_copy_global_to_shared(wdesc, [e, g, c * CHUNKS, 0], wbar, wsm.index(slot).slice(h, 1), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [e, c * CHUNKS, g, 0], sbar, ssm.index(slot).slice(h, 1), pred=live)
+        bar = bars.index(slot)
+        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64), pred=live)
+        tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+        tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=live)
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_wg_tma_loop(acc, wdesc, sdesc, e, g0, g1, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
+    def _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
-        every thread. x stays on cp.async (moe_mma gathers its rows). Measured 1.4-2.7% faster on the lm_head
-        at 16-64 tokens (results/20261124T130435-h100-80gb-hbm3-linear-tma), although Triton's barrier pass
-        puts 3 more CTA barriers per step around the mbarrier operations (sm_90 SASS)."""
+        every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
+        against 141, so 4 programs per SM instead of 3) but more instructions per step (373 against 336):
+        Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations (5, sm_90 SASS).
+        Measured on the lm_head 1.5-2.7% faster at 16-32 tokens in two runs (results/20261124T130435-h100-
+        80gb-hbm3-linear-tma, ...131803-...); mbarriers of their own for words and scales (4 barriers) measured
+        no better (...132853-...). moe_mma with it (mlp1: a gate and a linear box per step; 775dc81) measured
+        geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256 tokens (...131655-...-moe-tma,
+        ...132921-...-moe-tma-mid), so only gemv_mma has it."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
-        NGB: gl.constexpr = wdesc.block_type.shape[1]  # 16-row groups per box
-        HALVES: gl.constexpr = BLOCK_N // 16 // NGB
         steps = gl.cdiv(KW, STEP)
-        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, HALVES, NGB, CHUNKS, 256], wdesc.layout)
-        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, HALVES, CHUNKS, NGB, 64], sdesc.layout)
-        wbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        sbars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
+        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
-            mbarrier.init(wbars.index(q), count=1)
-            mbarrier.init(sbars.index(q), count=1)
+            mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
         for q in gl.static_range(STAGES - 1):
-            _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, q, steps, STEP,
-                         STAGES)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
         for c in range(0, steps):
             slot = c % STAGES
             async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
             # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
-            mbarrier.wait(wbars.index(slot), (c // STAGES) & 1)  # step c's words landed
-            mbarrier.wait(sbars.index(slot), (c // STAGES) & 1)  # and its scale bytes
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales landed
             fence_async_shared()
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, wbars, sbars, x_ptr, xofs, wdesc, sdesc, e, g0, g1, c + STAGES - 1, steps,
-                         STEP, STAGES)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c + STAGES - 1, steps, STEP, STAGES)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
-            mbarrier.invalidate(wbars.index(q))
-            mbarrier.invalidate(sbars.index(q))
+            mbarrier.invalidate(bars.index(q))
         return acc
 
     @gluon.jit
@@ -466,16 +454,16 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, e, g0, g1, TMA: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
-        shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are 16-row groups g0 (and g1) of
-        expert e; _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
+        shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
+        _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
-            acc = _g_wg_tma_loop(acc, wdesc, sdesc, e, g0, g1, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB)
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW, A_L, SW,
+                                 NIB)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -504,7 +492,7 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, 0, pid_n * (BLOCK_N // 16), 0, TMA)
+                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -619,23 +607,20 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def tma_descriptors(p, NGB: int, CHUNKS: int):
-    """(words, scales) TMA descriptors of tile_mxfp4's copy p (experts first, if any) for boxes of NGB 16-row
-    groups and CHUNKS chunks: words viewed [E, G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot
-    order), scales [E, KC, G, 64] (a box lands chunk-major, as RING_W's scale slot); groups past G read as
-    zeros. Made once per box shape and cached on p."""
+def tma_descriptors(p, NG: int, CHUNKS: int):
+    """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
+    words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
+    (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. Made once per box shape
+    and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
-    if (NGB, CHUNKS) not in cache:
+    if (NG, CHUNKS) not in cache:
         G, KC = p.words.shape[-4], p.words.shape[-3]
-        w = p.words.reshape(-1, G, KC, 256)
-        s = p.scales.reshape(-1, G, KC, 64)
-        E = w.shape[0]
-        cache[NGB, CHUNKS] = (
-            TensorDescriptor(w, [E, G, KC, 256], list(w.stride()), [1, NGB, CHUNKS, 256],
-                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=4)),
-            TensorDescriptor(s, [E, KC, G, 64], [G * KC * 64, 64, KC * 64, 1], [1, CHUNKS, NGB, 64],
-                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=4)))
-    return cache[NGB, CHUNKS]
+        cache[NG, CHUNKS] = (
+            TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
+            TensorDescriptor(p.scales, [KC, G, 64], [64, KC * 64, 1], [CHUNKS, NG, 64],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
+    return cache[NG, CHUNKS]
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,

@@ -57,7 +57,6 @@ if gluon is not None:
         _g_word_offsets,
         ring_layouts,
         row_layout,
-        tma_descriptors,
         wg_ring_layouts,
     )
 
@@ -377,7 +376,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr):
+                       CHAIN: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -386,8 +385,7 @@ if gluon is not None:
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. TMA: the weights
-        through kernels.linear_mma._g_wg_tma_loop (mlp1: a gate box and a linear box per step)."""
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -404,11 +402,9 @@ if gluon is not None:
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
-            g0 = gl.program_id(0) * (COLS // 16)  # TMA: the tile's first 16-row group (mlp1: of the gate half)
-            g1 = g0 + (N // 2 + 15) // 16  # ... and of the linear half (tile_mxfp4 pads each half to groups)
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, wdesc, sdesc, e, g0, g1, TMA)
+                                SW, SS, LSC, NIB, None, None, 0, False)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
@@ -460,11 +456,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        tma = cfg.get("TMA", False)  # mlp1's tile is two boxes: its gate and its linear rows
-        wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"]) if tma else (None, None)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained,
-                             wdesc=wdesc, sdesc=sdesc, TMA=tma, **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
@@ -480,7 +473,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, TMA=False):
+                NIB=False, CHAIN=False, ROWS2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -496,9 +489,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). TMA (with RING_W): the ring's words and
-    scales copied by the tensor memory accelerator (kernels.linear_mma.tma_descriptors). x16 (plane-major) is
-    not used."""
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -508,7 +499,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, TMA=TMA)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -541,8 +532,6 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    if cfg.get("TMA") and cfg["CHUNKS"] != 1:
-        return "TMA lands mlp1's gate and linear boxes one after the other: one chunk per step (CHUNKS=1)"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -576,10 +565,10 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "TMA": (False, True)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "TMA": False},
+              "ROWS2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

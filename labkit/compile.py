@@ -226,10 +226,12 @@ def resource_usage(kernel) -> dict:
 
 def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     """Instruction count and opcode histogram of the K loop in SASS: the largest loop holding a tensor-core
-    instruction (HGMMA, HMMA), else the largest loop. Why: an epilogue loop (moe_mma mlp1 zeroing its padding
-    columns) can outgrow a short K loop."""
+    instruction (HGMMA, HMMA), else the largest loop; spans holding an EXIT are not loops of the body. Why: an
+    epilogue loop (moe_mma mlp1 zeroing its padding columns) can outgrow a short K loop, and ptxas places an
+    mbarrier wait's retry after the epilogue, branching back into the K loop (gemv_mma TMA)."""
     instrs, labels = _instructions(sass)
-    loops = _loops(instrs, labels)
+    loops = [lp for lp in _loops(instrs, labels)
+             if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])]
     mma = [lp for lp in loops if any(re.search(r"\bHG?MMA", ins) for ins in instrs[lp[0]:lp[1] + 1])]
     start, end = max(mma or loops, key=lambda lp: lp[1] - lp[0], default=(0, -1))
     mix = collections.Counter(_unpredicated(ins).split()[0].split(".")[0] for ins in instrs[start:end + 1])

@@ -97,6 +97,33 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     assert len(h2g) == 2 and all("F2FP" in r["mix"] and r["local"] == 0 for r in h2g)
 
 
+RETRY_AFTER_EXIT = """
+.L_x_2:
+        /*0010*/                   DEPBAR.LE SB0, 0x2 ;
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR8], R8 ;
+        /*0030*/               @!P1 BRA `(.L_x_1) ;
+.L_x_3:
+        /*0040*/                   HMUL2 R40, R40, R10 ;
+        /*0050*/                   HGMMA.64x16x16.F32 R24, R40, gdesc[UR8], R24, gsb0 ;
+        /*0060*/               @P0 BRA `(.L_x_2) ;
+        /*0070*/                   STG.E.U16 desc[UR14][R4.64], R34 ;
+        /*0080*/                   EXIT ;
+.L_x_1:
+        /*0090*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR8], R8 ;
+        /*00a0*/               @!P1 BRA `(.L_x_1) ;
+        /*00b0*/                   BRA `(.L_x_3) ;
+"""
+
+
+def test_main_loop_is_not_an_mbarrier_retry_span():
+    """ptxas puts an mbarrier wait's retry after the epilogue and branches back into the K loop (gemv_mma TMA):
+    that span holds the EXIT and the stores, so the K loop is the loop reported."""
+    from labkit.compile import main_loop_mix
+
+    n, mix = main_loop_mix(RETRY_AFTER_EXIT)
+    assert n == 6 and mix["HGMMA"] == 1 and "STG" not in mix
+
+
 FAKE_LOOP = """
 .L_x_1:
         /*0010*/                   WARPGROUP.ARRIVE ;

@@ -478,33 +478,6 @@ def test_moe_mma_shuffled_nibbles_is_bit_identical(cfg, device):
             K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_mma", **cfg)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [5, 70])
-def test_moe_mma_tma_is_bit_identical(tokens):
-    """TMA lands each step's words and scales (mlp1: a gate box and a linear box) where RING_W's cp.async
-    copies put them: the layer's bits do not change, with CHAIN and ROWS2, K tails and partial tiles included
-    (boxes past an expert's groups read zeros). Compiled kernels only (the interpreter's twin ignores it)."""
-    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
-           "RING_W": True, "NIB": True}
-    for seed in range(5):
-        dw, x, r, ref = odd_layer(17, tokens, seed, torch.device("cuda"))
-        for extra in ({}, {"CHAIN": True, "ROWS2": 1}, {"BLOCK_M": 64, "STAGES": 3}):
-            y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, **extra})
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, **extra}, TMA=True), y), extra
-    assert rel_err(y, ref) < TOL
-
-
-def test_moe_mma_tma_rule():
-    """TMA needs RING_W's ring and one chunk per step (mlp1's gate and linear boxes land one after the other)."""
-    v = K.VARIANTS["moe_mma"]
-    problem = {"op": "moe", "m": 16, "tokens": 16, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    ring = {**v.defaults, "BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "WGMMA": True, "STAGES": 4, "TILED": True,
-            "RING_W": True, "TMA": True}
-    assert v.reason(ring, problem) is None
-    assert "CHUNKS=1" in v.reason({**ring, "CHUNKS": 2}, problem)
-    assert "RING_W" in v.reason({**ring, "RING_W": False}, problem)
-
-
 def test_moe_mma_register_rule():
     """Configs whose sm_90 builds spilled are refused with the reason; the default is admitted."""
     v = K.VARIANTS["moe_mma"]
