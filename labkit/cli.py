@@ -61,7 +61,8 @@ def _parse_config(text: str | None) -> dict:
 
 
 def cmd_sass(args) -> int:
-    """Compile a variant config (no GPU needed) and print registers, spills, shared memory, loop mix."""
+    """Compile a variant config (no GPU needed) and print registers, spills, shared memory, programs per SM
+    and what bounds them, loop mix."""
     from .compile import static_report
 
     rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch,
@@ -72,8 +73,10 @@ def cmd_sass(args) -> int:
         return 1 if hazard else 0
     for r in rows:
         per = r["loop_instructions"]
+        occ = r.get("per_sm")
+        occ = f"; {occ['programs']} per SM ({', '.join(occ['limited_by'])})" if occ else ""
         print(f"{r['kernel']}: {r.get('regs', '?')} registers, {r.get('local', '?')} B local (spills), "
-              f"{r['shared']} B shared, {r['num_warps']} warps; main loop {per} instructions per thread")
+              f"{r['shared']} B shared, {r['num_warps']} warps{occ}; main loop {per} instructions per thread")
         print("  " + ", ".join(f"{k} {v}" for k, v in r["mix"].items()))
         for h in r["wgmma_hazards"]:
             print(f"  WGMMA HAZARD: {h}")

@@ -97,6 +97,19 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     assert len(h2g) == 2 and all("F2FP" in r["mix"] and r["local"] == 0 for r in h2g)
 
 
+def test_programs_per_sm_names_what_bounds_them():
+    """sm_90: 64K registers (8-register allocation steps), 228 KB of shared memory (+1 KB reserved per block),
+    64 warps, 32 blocks per SM; the sm_90 builds of gemv_mma at 32 tokens, 3 slots: cp.async 141 registers ->
+    3 programs, TMA 128 registers and 50712 B -> 4, bounded by both."""
+    from labkit.compile import programs_per_sm
+
+    assert programs_per_sm(141, 51200, 4) == {"programs": 3, "limited_by": ["registers"]}
+    assert programs_per_sm(128, 50712, 4) == {"programs": 4, "limited_by": ["registers", "shared memory"]}
+    assert programs_per_sm(32, 0, 1)["limited_by"] == ["blocks"]
+    assert programs_per_sm(32, 0, 8)["programs"] == 8  # 64 warps
+    assert programs_per_sm(128, 50712, 4, arch=75) is None
+
+
 RETRY_AFTER_EXIT = """
 .L_x_2:
         /*0010*/                   DEPBAR.LE SB0, 0x2 ;
