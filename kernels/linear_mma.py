@@ -397,11 +397,11 @@ if gluon is not None:
         every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
         against 141, so 4 programs per SM instead of 3) but more instructions per step (373 against 336):
         Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations (5, sm_90 SASS).
-        Measured on the lm_head 1.5-2.7% faster at 16-32 tokens in two runs (results/20261124T130435-h100-
-        80gb-hbm3-linear-tma, ...131803-...); mbarriers of their own for words and scales (4 barriers) measured
-        no better (...132853-...). moe_mma with it (mlp1: a gate and a linear box per step; 775dc81) measured
-        geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256 tokens (...131655-...-moe-tma,
-        ...132921-...-moe-tma-mid), so only gemv_mma has it."""
+        Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
+        80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
+        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
+        per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
+        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)

@@ -162,15 +162,21 @@ def _specialization(task: dict) -> tuple:
             cls(task["n"]), cls(task["k"]), task.get("bias", False), task.get("experts"), task.get("top_k"))
 
 
+def _this_arch() -> int | None:
+    """This machine's GPU compute capability as 90, 100, ... (None without a GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
+
+
 def precompile(tasks: list[dict], workers: int | None = None, progress: bool = True) -> list[dict]:
     """Compile every distinct task in parallel processes (fills Triton's on-disk cache); returns results."""
-    import torch
     from tqdm import tqdm
 
-    arch = None
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        arch = major * 10 + minor
+    arch = _this_arch()
     unique = {}
     for t in tasks:
         unique.setdefault(_specialization(t), {**t, "arch": arch})
@@ -358,13 +364,7 @@ def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int 
         kernels = compile_moe(variant, config, m, c.experts, c.top_k, 2 * c.intermediate, c.hidden, arch=arch)
     else:
         kernels = compile_linear(variant, config, m, n, k, arch=arch)
-    target = arch or 90
-    if arch is None:
-        import torch
-
-        if torch.cuda.is_available():  # compile_only builds for this GPU then
-            major, minor = torch.cuda.get_device_capability()
-            target = major * 10 + minor
+    target = arch or _this_arch() or 90  # what compile_only built for
     rows = []
     for name, kern in kernels:
         if kern is None:
