@@ -555,9 +555,10 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0, NIB=False):
+                 TILED=False, PERSIST=0, NIB=False, MAXNREG=None):
     """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
-    NIB: reads shuffle_nibbles' copy of the words (made once and cached)."""
+    NIB: reads shuffle_nibbles' copy of the words (made once and cached). MAXNREG caps the registers per
+    thread (more programs per SM; ptxas spills past it)."""
     from .prepare import shuffle_nibbles, tile_mxfp4
 
     M, K = x.shape
@@ -573,7 +574,8 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps, **pdl_launch(inner=True))
+                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps,
+                           **({"maxnreg": MAXNREG} if MAXNREG else {}), **pdl_launch(inner=True))
     return y
 
 
