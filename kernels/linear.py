@@ -381,7 +381,7 @@ register(Variant(
     name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "PREFETCH": (False, True), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
-           "PERSIST": (0, 2, 4, 8), "NIB": (False, True), "MAXNREG": (None, 40, 48, 56, 64)},
+           "PERSIST": (0, 2, 4, 8), "NIB": (False, True), "MAXNREG": (None, 40, 48, 56, 64, 72, 80)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "PREFETCH": False, "num_warps": 4, "num_stages": 1,
               "TILED": False, "PERSIST": 0, "NIB": False, "MAXNREG": None},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),

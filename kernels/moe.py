@@ -543,17 +543,17 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
         p = tile_mxfp4(p, deinterleave=phase == 1)
     p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
-    chained = {}
+    extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and phase == 1 else {}
     if chain is not None:
         grid = grid[::-1]
-        chained = dict(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
+        extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
                           PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
-                          **chained, **pdl_launch(inner))
+                          **extra, **pdl_launch(inner))
     return grid[0] if chain is not None else grid[1]
 
 
@@ -694,9 +694,10 @@ register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
-           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True)},
+           "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
+           "MAXNREG": (None, 48, 56, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -705,7 +706,9 @@ register(Variant(
                 "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
                 "flight while one is used (register double buffer, as gemv_h2g); NIB: reads shuffle_nibbles' copy "
                 "(decode in 9 instructions per word instead of 15); CHAIN: mlp2 starts during mlp1's last wave, each "
-                "program once its own position's act row is stored (device counters, as moe_mma's CHAIN)",
+                "program once its own position's act row is stored (device counters, as moe_mma's CHAIN); MAXNREG: "
+                "mlp1's registers per thread capped (more programs per SM, as gemv_h2g's; mlp2's builds are small, "
+                "and a cap lets ptxas take more)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

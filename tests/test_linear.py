@@ -361,6 +361,20 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         assert torch.equal(yg, y), cfg
 
 
+@pytest.mark.gpu
+def test_gemv_h2g_maxnreg_is_bit_identical():
+    """MAXNREG only caps the registers ptxas may use (it reschedules, the arithmetic stays): capped builds give
+    the uncapped build's bits, with and without PREFETCH. Only compiled kernels have a register cap."""
+    m, n, k = 1, 4000, 2880
+    x, _, b, _ = make(m, n, k, seed=7, dev="cuda")
+    w = wide_span_weight(n, k, seed=8, dev="cuda")
+    for pre in (False, True):
+        cfg = {"BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 1, "NIB": True, "PREFETCH": pre}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **cfg)
+        for cap in (64, 48):
+            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", MAXNREG=cap, **cfg), y), (pre, cap)
+
+
 def test_gemv_mma_tma_rule():
     """TMA fills RING_W's ring: refused without it and off wgmma."""
     v = LINEAR["gemv_mma"]

@@ -436,6 +436,22 @@ def test_moe_h2g_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     assert v.reason({**v.defaults, "CHAIN": True}, problem) is None
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_moe_h2g_maxnreg_is_bit_identical(tokens):
+    """MAXNREG caps mlp1's registers (ptxas reschedules, the arithmetic stays): the uncapped bits, with and
+    without CHAIN. Only compiled kernels have a register cap."""
+    dev = torch.device("cuda")
+    for chain in (False, True):
+        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8,
+               "CHAIN": chain}
+        dw, x, r, ref = odd_layer(13, tokens, 3, dev)
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
+        for cap in (64, 56):
+            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", MAXNREG=cap, **cfg), y), (chain, cap)
+        assert rel_err(y, ref) < TOL
+
+
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
