@@ -426,7 +426,7 @@ def _rule_mma_registers(cfg, problem):
 register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 128, 168), "WGMMA": (False, True),
+           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 64, 72, 80, 88, 96, 128, 168), "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False},

@@ -349,7 +349,8 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
     x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
     for cfg in ({"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "STAGES": 3},
-                {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "STAGES": 4, "NIB": True}):
+                {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "STAGES": 4, "NIB": True},
+                {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "STAGES": 3, "NIB": True, "MAXNREG": 64}):
         cfg = {**cfg, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
