@@ -377,19 +377,30 @@ register(Variant(
     description="CUDA cores with packed half2 FMAs on fp16-rescaled activations (4 FMAs per 8 weights)",
 ))
 
+
+def _rule_h2g_early(cfg, problem):
+    """EARLY moves the PDL wait after the first weight tile's loads: only PREFETCH loads a tile before its
+    loop, and PERSIST's programs wait once before their first tile."""
+    if cfg.get("EARLY") and (not cfg.get("PREFETCH") or cfg.get("PERSIST")):
+        return "EARLY loads PREFETCH's first tile before the PDL wait: it needs PREFETCH=True and PERSIST=0"
+    return None
+
+
 register(Variant(
     name="gemv_h2g", kind="gemv", op="linear", fn=run_gemv_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64, 128), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "PREFETCH": (False, True), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3, 4), "TILED": (False, True),
-           "PERSIST": (0, 2, 4, 8), "NIB": (False, True), "MAXNREG": (None, 40, 48, 56, 64, 72, 80)},
+           "PERSIST": (0, 2, 4, 8), "NIB": (False, True), "MAXNREG": (None, 40, 48, 56, 64, 72, 80),
+           "EARLY": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "PREFETCH": False, "num_warps": 4, "num_stages": 1,
-              "TILED": False, "PERSIST": 0, "NIB": False, "MAXNREG": None},
+              "TILED": False, "PERSIST": 0, "NIB": False, "MAXNREG": None, "EARLY": False},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k),
+           rule_tiled_k, _rule_h2g_early),
     description="gemv_h2 with x read plane-major in the weights' own layout and half2 sums per MXFP4 block; "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; TILED: reads "
                 "tile_mxfp4's copy; PERSIST: programs per SM striding over the row tiles (0: one per tile); NIB: "
-                "reads shuffle_nibbles' copy (decode in 9 instructions per word instead of 15)",
+                "reads shuffle_nibbles' copy (decode in 9 instructions per word instead of 15); MAXNREG: registers per "
+                "thread capped; EARLY: PREFETCH's first tile loaded before the PDL wait",
 ))
 
 
@@ -426,7 +437,8 @@ def _rule_mma_registers(cfg, problem):
 register(Variant(
     name="gemv_mma", kind="gemv", op="linear", fn=run_gemv_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
-           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 64, 72, 80, 88, 96, 128, 168), "WGMMA": (False, True),
+           "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 64, 72, 80, 88, 96, 128, 168),
+           "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False},

@@ -424,7 +424,7 @@ def h2g_pointers(w_ptr, s_ptr, rn_c, word, rg, N, K, TILED: tl.constexpr, DEINT:
 def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PREFETCH: tl.constexpr = False, STAGES: tl.constexpr = 1, TILED: tl.constexpr = False,
-                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False):
+                     PERSIST: tl.constexpr = False, NIB: tl.constexpr = False, EARLY: tl.constexpr = False):
     """gemv_h2 with x read plane-major straight from global memory in the weight tile's own register layout
     (no shared-memory shuffle) and half2 sums per MXFP4 block (one fp32 conversion and scale per block).
     STAGES > 1 has the compiler pipeline the K loop (cp.async ring in shared memory, STAGES tiles in flight
@@ -436,22 +436,27 @@ def _gemv_h2g_kernel(xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride
     NIB: words in shuffle_nibbles' layout, decoded by nib_pairs (9 instructions per word instead of 15).
     (Converting x inside the launch instead of in x_to_f16's, by the program with the first ticket while the
     others wait with their first weight tile in flight, measured 1.6 us slower on the lm_head at one token:
-    results/20261123T201729-h100-80gb-hbm3-linear-fuse-x, the kernel at fc4c5c8.)"""
-    pdl_enter()
+    results/20261123T201729-h100-80gb-hbm3-linear-fuse-x, the kernel at fc4c5c8.)
+    EARLY (with PREFETCH, one tile per program): the first weight tile is loaded before the PDL wait, while
+    x_to_f16's launch still runs (weights are written by no kernel)."""
+    if not EARLY:
+        pdl_enter()
     if PERSIST:
         for pid_n in range(tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
             _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE, HAS_BIAS,
                            BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
     else:
         _gemv_h2g_tile(tl.program_id(0), xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
-                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB)
+                       HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH, STAGES, TILED, NIB, EARLY)
 
 
 @triton.jit
 def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, stride_ym, PLANE,
                    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr):
-    """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1."""
+                   PREFETCH: tl.constexpr, STAGES: tl.constexpr, TILED: tl.constexpr, NIB: tl.constexpr,
+                   EARLY: tl.constexpr = False):
+    """Row tile pid_n of _gemv_h2g_kernel for the BLOCK_M tokens of grid column 1 (EARLY: the PDL wait comes
+    after the first weight tile's loads)."""
     pid_m = tl.program_id(1)
     KB = K // 32
     G: tl.constexpr = BLOCK_K // 32
@@ -471,6 +476,8 @@ def _gemv_h2g_tile(pid_n, xq_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, s
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
+    if EARLY:
+        pdl_enter()
     for t in tl.range(0, full, num_stages=STAGES):
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         for i in tl.static_range(BLOCK_M):
@@ -555,10 +562,11 @@ def run_tc16(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1, num_warps=4, n
 
 
 def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_warps=4, num_stages=1,
-                 TILED=False, PERSIST=0, NIB=False, MAXNREG=None):
+                 TILED=False, PERSIST=0, NIB=False, MAXNREG=None, EARLY=False):
     """PERSIST > 0: that many programs per SM stride over the row tiles instead of one program per tile.
     NIB: reads shuffle_nibbles' copy of the words (made once and cached). MAXNREG caps the registers per
-    thread (more programs per SM; ptxas spills past it)."""
+    thread (more programs per SM; ptxas spills past it). EARLY (with PREFETCH): the first weight tile is loaded
+    before the PDL wait."""
     from .prepare import shuffle_nibbles, tile_mxfp4
 
     M, K = x.shape
@@ -574,7 +582,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
     _gemv_h2g_kernel[grid](xq.view(torch.int32), xs, p.words, p.scales, bias if bias is not None else y, y,
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
-                           PERSIST=PERSIST > 0, NIB=NIB, num_warps=num_warps,
+                           PERSIST=PERSIST > 0, NIB=NIB, EARLY=EARLY, num_warps=num_warps,
                            **({"maxnreg": MAXNREG} if MAXNREG else {}), **pdl_launch(inner=True))
     return y
 

@@ -363,9 +363,10 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
 
 
 @pytest.mark.gpu
-def test_gemv_h2g_maxnreg_is_bit_identical():
+def test_gemv_h2g_maxnreg_and_early_are_bit_identical():
     """MAXNREG only caps the registers ptxas may use (it reschedules, the arithmetic stays): capped builds give
-    the uncapped build's bits, with and without PREFETCH. Only compiled kernels have a register cap."""
+    the uncapped build's bits, with and without PREFETCH; so does EARLY (the first weight tile loaded before
+    the PDL wait), under a CUDA graph too. Only compiled kernels have a register cap and a PDL wait."""
     m, n, k = 1, 4000, 2880
     x, _, b, _ = make(m, n, k, seed=7, dev="cuda")
     w = wide_span_weight(n, k, seed=8, dev="cuda")
@@ -374,6 +375,23 @@ def test_gemv_h2g_maxnreg_is_bit_identical():
         y = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **cfg)
         for cap in (64, 48):
             assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_h2g", MAXNREG=cap, **cfg), y), (pre, cap)
+    early = {**cfg, "MAXNREG": 64, "EARLY": True}
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ye = K.mxfp4_linear(x, w, b, variant="gemv_h2g", **early)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(ye, y)
+
+
+def test_gemv_h2g_early_rule():
+    """EARLY moves the PDL wait after PREFETCH's first tile: refused without PREFETCH and with PERSIST."""
+    v = LINEAR["gemv_h2g"]
+    prob = {"m": 1, "n": 256, "k": 512}
+    cfg = {**v.defaults, "BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 1, "PREFETCH": True, "EARLY": True}
+    assert v.reason(cfg, prob) is None
+    assert "PREFETCH" in v.reason({**cfg, "PREFETCH": False}, prob)
+    assert "PERSIST" in v.reason({**cfg, "PERSIST": 2}, prob)
 
 
 def test_gemv_mma_tma_rule():
