@@ -40,7 +40,7 @@ import torch
 
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
-from .linear_f16 import hmul2, scale_mult_h2, sm_count, split_h2, x_to_f16
+from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
@@ -373,54 +373,38 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, q, total, steps, tile0, tstride,
-                     STEP: gl.constexpr, STAGES: gl.constexpr, PERSIST: gl.constexpr):
-        """TMA: the program's step q (its tile tile0 + (q // steps) * tstride, K step q % steps): the step's
-        weight words and scale bytes (the tile's 16-row groups) as two tensor-memory-accelerator copies into
-        ring slot q % STAGES, issued by one thread and completing on the slot's mbarrier; x rows by cp.async as
-        in _g_ring_issue (one group per step). Past the program's last step only an empty x group."""
-        slot = q % STAGES
-        NG: gl.constexpr = wsm.shape[1]
-        if PERSIST:
-            c = q % steps
-            g0 = (tile0 + (q // steps) * tstride) * NG
-        else:  # one tile: q is the K step
-            c = q
-            g0 = tile0 * NG
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr):
+        """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
+        copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier; x rows
+        by cp.async as in _g_ring_issue (one group per step). Past the last step only an empty x group."""
+        slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
-        live = q < total
+        live = c < steps
         bar = bars.index(slot)
-        mbarrier.expect(bar, NG * CHUNKS * (1024 + 64), pred=live)
+        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64), pred=live)
         tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=live)
         async_copy.commit_group()
 
     @gluon.jit
-    def _g_wg_tma_loop(wdesc, sdesc, tile0, tstride, ntiles, x_ptr, xofs, xs_ptr, b_ptr, y_ptr, pid_m, M, N, K,
-                       stride_ym, SMAX, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr,
-                       SX: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr, PERSIST: gl.constexpr):
-        """RING_W's loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
+    def _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
+                       STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                       NIB: gl.constexpr):
+        """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
-        every thread; x stays on cp.async. The program takes ntiles row tiles tile0, tile0 + tstride, ... as
-        one run of steps through one ring (PERSIST: the next tile's first steps are in flight while this one
-        ends), storing each tile's result after its last step.
-
-        The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128 against 141, so 4 programs per SM
-        instead of 3) but more instructions per step (373 against 336): Triton's barrier pass puts 3 more CTA
-        barriers per step around the mbarrier operations (5, sm_90 SASS). Measured on the lm_head 0.7-2.7%
-        faster at 16-32 tokens in three runs (results/20261124T130435-h100-80gb-hbm3-linear-tma, ...131803-...,
-        ...133911-...); mbarriers of their own for words and scales (4 barriers) measured no better (0.2-1.8%,
-        ...132853-...). moe_mma with it (mlp1: a gate and a linear box per step; 775dc81) measured geometric
-        means of 1.013 and 1.018, up to 10% slower on 20b at 64-256 tokens (...131655-...-moe-tma,
-        ...132921-...-moe-tma-mid), so only gemv_mma has it."""
+        every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
+        against 141, so 4 programs per SM instead of 3) but more instructions per step (373 against 336):
+        Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations (5, sm_90 SASS).
+        Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
+        80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
+        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
+        per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
+        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it."""
         STEP: gl.constexpr = CHUNKS * 16
-        KW = K // 8
+        BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
-        total = ntiles * steps
-        A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -429,39 +413,27 @@ if gluon is not None:
         fence_async_shared()
         gl.thread_barrier()
         for q in gl.static_range(STAGES - 1):
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, q, total, steps, tile0, tstride, STEP,
-                         STAGES, PERSIST)
-        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        for q in range(0, total):
-            slot = q % STAGES
-            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step q landed
-            # every thread's x copies landed; every warp is done with step q - 1's slot. First in the step, so
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+        for c in range(0, steps):
+            slot = c % STAGES
+            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
+            # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
-            mbarrier.wait(bars.index(slot), (q // STAGES) & 1)  # step q's words and scales landed
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales landed
             fence_async_shared()
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, q + STAGES - 1, total, steps, tile0,
-                         tstride, STEP, STAGES, PERSIST)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c + STAGES - 1, steps, STEP, STAGES)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
-            if PERSIST:
-                if q % steps == steps - 1:  # the tile's last step: store it, start the next from zero
-                    tile = tile0 + (q // steps) * tstride
-                    rn = tile * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-                    _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
-                    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        if not PERSIST:  # (a store inside the loop costs registers: 128 -> 159 at 32 tokens, 3 slots)
-            rn = tile0 * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-            _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
         async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(q))
+        return acc
 
     @gluon.jit
     def _g_scale_copy(rows, KW, LSC: gl.constexpr):
@@ -482,22 +454,27 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
-        shared memory and the K loop (_g_wg_ring_loop with RING_W, else _g_wg_loop)."""
+        shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
+        _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-        wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
-        if RING_W:
-            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
-            ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
-            scofs = _g_scale_copy(rows, K // 8, LSC)
-            acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                  K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
+        if TMA:
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW, A_L, SW,
+                                 NIB)
         else:
-            acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
-                             SMAX, CHUNKS, TILED, STAGES, A_L, NIB)
+            wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
+            if RING_W:
+                wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+                ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
+                scofs = _g_scale_copy(rows, K // 8, LSC)
+                acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
+                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
+            else:
+                acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
+                                 SMAX, CHUNKS, TILED, STAGES, A_L, NIB)
         return acc
 
     @gluon.jit
@@ -505,32 +482,20 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr, PERSIST: gl.constexpr):
-        """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program, or _g_wg_tma_loop with TMA): x goes once per
-        program through shared memory instead of into every warp's registers. PERSIST (TMA): each program
-        takes every num_programs(1)-th row tile from its own."""
+                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr):
+        """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
+        instead of into every warp's registers."""
         _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
-        if TMA:
-            if PERSIST:
-                tstride = gl.num_programs(1)
-                ntiles = gl.cdiv(gl.cdiv(N, BLOCK_N) - pid_n, tstride)
-            else:
-                tstride = 1
-                ntiles = 1
-            _g_wg_tma_loop(wdesc, sdesc, pid_n, tstride, ntiles, x_ptr, xofs, xs_ptr, b_ptr, y_ptr, pid_m, M, N, K,
-                           stride_ym, SMAX, HAS_BIAS, BLOCK_M, BLOCK_N, CHUNKS, STAGES, LW, MMA, SX, SW, NIB,
-                           PERSIST)
-        else:
-            rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
-            acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES,
-                                RING_W, LW, MMA, SX, SW, SS, LSC, NIB)
-            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-            rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-            _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+        acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
+                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA)
+        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
 
 def _log2(v: int) -> int:
@@ -579,8 +544,6 @@ def wgmma_reason(cfg: dict) -> str | None:
     ring_w = cfg.get("RING_W", False)
     if cfg.get("TMA") and not ring_w:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
-    if cfg.get("PERSIST") and not cfg.get("TMA"):
-        return "PERSIST walks row tiles through TMA's ring (it needs TMA)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -661,7 +624,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, PERSIST=0):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -671,8 +634,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
-    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot. PERSIST (with TMA): PERSIST
-    programs per SM, each walking every grid-th row tile through one ring (0: one program per tile)."""
+    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -693,11 +655,9 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
-        if PERSIST:
-            grid = (min(grid[0], PERSIST * sm_count(x.device)), grid[1])
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, PERSIST=PERSIST > 0,
-                               num_warps=num_warps, **extra, **pdl_launch(inner=True))
+                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, num_warps=num_warps,
+                               **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}

@@ -404,7 +404,7 @@ if gluon is not None:
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB)
+                                SW, SS, LSC, NIB, None, None, 0, False)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
