@@ -373,11 +373,10 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr):
+    def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
-        copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier; x rows
-        by cp.async as in _g_ring_issue (one group per step). Past the last step only an empty x group."""
+        copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
+        past the last step)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
@@ -385,13 +384,19 @@ if gluon is not None:
         mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64), pred=live)
         tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
-        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=live)
-        async_copy.commit_group()
+
+    @gluon.jit
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr):
+        """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by cp.async as in
+        _g_ring_issue (one group per step; past the last step an empty group)."""
+        _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
+        _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
 
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr):
+                       NIB: gl.constexpr, EARLY: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
@@ -401,7 +406,8 @@ if gluon is not None:
         80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
         barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
         per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
-        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it."""
+        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
+        program's PDL wait comes after its first steps' weight copies (the caller skips its own)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -412,8 +418,15 @@ if gluon is not None:
             mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
-        for q in gl.static_range(STAGES - 1):
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+        if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
+            for q in gl.static_range(STAGES - 1):
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+            _g_pdl_enter()
+            for q in gl.static_range(STAGES - 1):
+                _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+        else:
+            for q in gl.static_range(STAGES - 1):
+                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
         for c in range(0, steps):
             slot = c % STAGES
             async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
@@ -454,7 +467,8 @@ if gluon is not None:
     def _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr):
+                      LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
+                      EARLY: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
         _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
@@ -463,7 +477,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW, A_L, SW,
-                                 NIB)
+                                 NIB, EARLY)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -482,17 +496,19 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr, EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
-        instead of into every warp's registers."""
-        _g_pdl_enter()
+        instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
+        weight copies."""
+        if not EARLY:
+            _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA)
+                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -544,6 +560,8 @@ def wgmma_reason(cfg: dict) -> str | None:
     ring_w = cfg.get("RING_W", False)
     if cfg.get("TMA") and not ring_w:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
+    if cfg.get("EARLY") and not cfg.get("TMA"):
+        return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -624,7 +642,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -634,7 +652,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
-    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot."""
+    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot. EARLY (with TMA): the first
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -656,7 +675,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, num_warps=num_warps,
+                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, EARLY=EARLY,
+                               num_warps=num_warps,
                                **extra, **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

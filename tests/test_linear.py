@@ -344,8 +344,8 @@ def test_variants_under_cuda_graph_capture(name):
 def test_gemv_mma_tma_is_bit_identical(m, n, k):
     """TMA copies the same words and scale bytes into the same ring slots as RING_W's cp.async copies (a box
     per step; groups past the weight read as zeros): bit-identical, under a CUDA graph too (the descriptors
-    are kernel parameters, made once per weight). Only compiled kernels have it (the interpreter's twin
-    ignores it), hence GPU only."""
+    are kernel parameters, made once per weight; there with EARLY, the first copies before the PDL wait).
+    Only compiled kernels have it (the interpreter's twin ignores it), hence GPU only."""
     x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
     for cfg in ({"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "STAGES": 3},
@@ -356,7 +356,7 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg)
+            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, EARLY=True, **cfg)
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(yg, y), cfg
@@ -395,13 +395,15 @@ def test_gemv_h2g_early_rule():
 
 
 def test_gemv_mma_tma_rule():
-    """TMA fills RING_W's ring: refused without it and off wgmma."""
+    """TMA fills RING_W's ring: refused without it and off wgmma; EARLY needs TMA."""
     v = LINEAR["gemv_mma"]
     prob = {"m": 16, "n": 256, "k": 512}
     ring = {**v.defaults, "TILED": True, "WGMMA": True, "RING_W": True, "STAGES": 3}
     assert v.reason({**ring, "TMA": True}, prob) is None
     assert "RING_W" in v.reason({**ring, "RING_W": False, "TMA": True}, prob)
     assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
+    assert "TMA" in v.reason({**ring, "EARLY": True}, prob)
+    assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
 
 
 @pytest.mark.gpu
