@@ -373,30 +373,43 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+    def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
+                       XBYTES: gl.constexpr = 0):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
-        past the last step)."""
+        past the last step); the barrier expects XBYTES more (x's box, TMA=2)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
-        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64), pred=live)
+        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
         tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr):
-        """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by cp.async as in
-        _g_ring_issue (one group per step; past the last step an empty group)."""
-        _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
-        _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
+    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+        """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
+        mbarrier."""
+        slot = c % STAGES
+        tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
+                                        pred=c < steps)
 
     @gluon.jit
-    def _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr, XT: gl.constexpr):
+        """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
+        by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
+        if XT:
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
+        else:
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
+            _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
+
+    @gluon.jit
+    def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
@@ -407,7 +420,8 @@ if gluon is not None:
         barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
         per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
         tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
-        program's PDL wait comes after its first steps' weight copies (the caller skips its own)."""
+        program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
+        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -418,32 +432,41 @@ if gluon is not None:
             mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
+        XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
-                _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+                if XT:
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
+                else:
+                    _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         else:
             for q in gl.static_range(STAGES - 1):
-                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, q, steps, STEP, STAGES)
+                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
+                             XT)
         for c in range(0, steps):
             slot = c % STAGES
-            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
+            if not XT:
+                async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
             # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
-            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales landed
-            fence_async_shared()
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
+            if not XT:
+                fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, g0, c + STAGES - 1, steps, STEP, STAGES)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                         STAGES, XT)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
-        async_copy.wait_group(0)
+        if not XT:
+            async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(q))
         return acc
@@ -468,7 +491,7 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
         _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
@@ -476,8 +499,8 @@ if gluon is not None:
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
-            acc = _g_wg_tma_loop(acc, wdesc, sdesc, g0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW, A_L, SW,
-                                 NIB, EARLY)
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
+                                 A_L, SW, NIB, EARLY, TMA == 2)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -496,7 +519,8 @@ if gluon is not None:
                    HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, TMA: gl.constexpr, EARLY: gl.constexpr):
+                   LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
+                   EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -508,7 +532,8 @@ if gluon is not None:
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
-                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY)
+                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
+                            xdesc, pid_m * BLOCK_M)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -652,7 +677,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     slots (the next step's words always prefetched; RING_W: the words and scales of tile_mxfp4's copy through
     the same ring). NIB reads shuffle_nibbles' copy of the words (of the tiled copy with TILED; made once,
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
-    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot. EARLY (with TMA): the first
+    by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
+    [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
     steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
@@ -674,8 +700,11 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
+        xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
+            if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, TMA=TMA, EARLY=EARLY,
+                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
+                               EARLY=EARLY,
                                num_warps=num_warps,
                                **extra, **pdl_launch(inner=True))
     else:

@@ -344,7 +344,8 @@ def test_variants_under_cuda_graph_capture(name):
 def test_gemv_mma_tma_is_bit_identical(m, n, k):
     """TMA copies the same words and scale bytes into the same ring slots as RING_W's cp.async copies (a box
     per step; groups past the weight read as zeros): bit-identical, under a CUDA graph too (the descriptors
-    are kernel parameters, made once per weight; there with EARLY, the first copies before the PDL wait).
+    are kernel parameters, made once per weight; there with EARLY, the first copies before the PDL wait);
+    TMA=2 copies x's rows by TMA too (rows past M read as zeros).
     Only compiled kernels have it (the interpreter's twin ignores it), hence GPU only."""
     x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
@@ -354,12 +355,14 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         cfg = {**cfg, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, EARLY=True, **cfg)
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(yg, y), cfg
+        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, **cfg), y), cfg
+        for tma in (True, 2):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, EARLY=True, **cfg)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(yg, y), (cfg, tma)
 
 
 @pytest.mark.gpu
