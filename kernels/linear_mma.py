@@ -539,93 +539,6 @@ if gluon is not None:
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
 
-    @gluon.jit
-    def _g_ws_loader(wdesc, sdesc, xdesc, wsm, ssm, xsm, ready, empty, g0, m0, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, EARLY: gl.constexpr):
-        """WS's loader partition (one warp): each step's words, scales and x rows as three TMA boxes on the
-        slot's ready barrier, once the consumer has released the slot (its empty barrier). EARLY: the first
-        STAGES steps' weights before the PDL wait, their x after it."""
-        CHUNKS: gl.constexpr = STEP // 16
-        BYTES: gl.constexpr = wsm.shape[1] * CHUNKS * (1024 + 64) + xsm.shape[1] * STEP * 16
-        if EARLY:
-            for q in gl.static_range(STAGES):
-                mbarrier.expect(ready.index(q), BYTES, pred=q < steps)
-                tma.async_copy_global_to_shared(wdesc, [g0, q * CHUNKS, 0], ready.index(q), wsm.index(q),
-                                                pred=q < steps)
-                tma.async_copy_global_to_shared(sdesc, [q * CHUNKS, g0, 0], ready.index(q), ssm.index(q),
-                                                pred=q < steps)
-            _g_pdl_enter()
-            for q in gl.static_range(STAGES):
-                tma.async_copy_global_to_shared(xdesc, [m0, q * (STEP * 8)], ready.index(q), xsm.index(q),
-                                                pred=q < steps)
-            first = STAGES
-        else:
-            _g_pdl_enter()
-            first = 0
-        for c in range(first, steps):
-            slot = c % STAGES
-            mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)  # the consumer is done with the slot
-            fence_async_shared()  # its shared loads (generic proxy) before these copies (async proxy)
-            bar = ready.index(slot)
-            mbarrier.expect(bar, BYTES)
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot))
-            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot))
-            tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bar, xsm.index(slot))
-
-    @gluon.jit
-    def _g_ws_consumer(wsm, ssm, xsm, ready, empty, acc, SMAX, steps, STAGES: gl.constexpr, LW: gl.constexpr,
-                       A_L: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr):
-        """WS's consumer partition (the program's warpgroup): per step wait for the slot, decode its words into
-        wgmma's A registers, multiply with its x rows, release the slot. No CTA barrier: the partitions meet only
-        on the slots' mbarriers."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
-        CHUNKS: gl.constexpr = wsm.shape[2]
-        for c in range(0, steps):
-            slot = c % STAGES
-            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-            v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
-            s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
-                1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            w = _g_decode_step(v, s, SMAX, NIB)
-            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(empty.index(slot), count=1)
-        return (acc,)  # warp_specialize returns the default partition's results as a tuple
-
-    @gluon.jit
-    def _wg_ws_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
-                      HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                      TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr,
-                      SX: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc,
-                      EARLY: gl.constexpr):
-        """gemv_mma WS: TMA=2's ring split between a one-warp loader partition (_g_ws_loader) and the program's
-        warpgroup (_g_ws_consumer), warp-specialized, so no CTA barrier sits in the K loop."""
-        pid_m = gl.program_id(0)
-        pid_n = gl.program_id(1)
-        STEP: gl.constexpr = CHUNKS * 16
-        steps = gl.cdiv(K // 8, STEP)
-        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
-        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for q in gl.static_range(STAGES):
-            mbarrier.init(ready.index(q), count=1)
-            mbarrier.init(empty.index(q), count=1)
-        fence_async_shared()
-        A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        (acc,) = gl.warp_specialize([
-            (_g_ws_consumer, (wsm, ssm, xsm, ready, empty, acc, SMAX, steps, STAGES, LW, A_L, SW, NIB)),
-            (_g_ws_loader, (wdesc, sdesc, xdesc, wsm, ssm, xsm, ready, empty, pid_n * (BLOCK_N // 16),
-                            pid_m * BLOCK_M, steps, STEP, STAGES, EARLY)),
-        ], [1], [24])
-        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
-
-
 def _log2(v: int) -> int:
     return v.bit_length() - 1
 
@@ -674,8 +587,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
-    if cfg.get("WS") and (cfg.get("TMA") != 2 or cfg["num_warps"] != 4):
-        return "WS splits TMA=2's ring between a loader warp and one consumer warpgroup (TMA=2, num_warps=4)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -756,7 +667,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, WS=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -768,9 +679,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. WS (with TMA=2):
-    the copies issued by a one-warp loader partition (warp-specialized; MAXNREG is then the launch's register
-    budget per thread, 64 unless given: 4 programs per SM with the consumer warpgroup at 104)."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -791,12 +700,6 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
-        if WS:
-            xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX)
-            _wg_ws_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, LW=LW, MMA=MMA, SX=SX, SW=SW, wdesc=wdesc,
-                                      sdesc=sdesc, xdesc=xdesc, EARLY=EARLY, num_warps=num_warps,
-                                      maxnreg=MAXNREG or 64, **pdl_launch(inner=True))
-            return y
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,

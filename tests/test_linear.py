@@ -397,28 +397,8 @@ def test_gemv_h2g_early_rule():
     assert "PERSIST" in v.reason({**cfg, "PERSIST": 2}, prob)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k", SHAPES)
-def test_gemv_mma_ws_is_bit_identical(m, n, k):
-    """WS issues TMA=2's copies from a one-warp loader partition and runs the decode and wgmma in the
-    program's warpgroup, meeting only on the slots' mbarriers: the same bits as TMA=2 without it (partial
-    tiles, K tails, a second token tile at 17), with EARLY, under a CUDA graph too."""
-    x, _, b, _ = make(m, n, k, seed=m + 7 * n, dev="cuda")
-    w = wide_span_weight(n, k, seed=n + 5, dev="cuda")
-    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "STAGES": 3, "NIB": True, "num_warps": 4, "TILED": True,
-           "WGMMA": True, "RING_W": True, "TMA": 2}
-    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-    assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", WS=True, **cfg), y)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", WS=True, EARLY=True, **cfg)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(yg, y)
-
-
 def test_gemv_mma_tma_rule():
-    """TMA fills RING_W's ring: refused without it and off wgmma; EARLY needs TMA, WS TMA=2."""
+    """TMA fills RING_W's ring: refused without it and off wgmma; EARLY needs TMA."""
     v = LINEAR["gemv_mma"]
     prob = {"m": 16, "n": 256, "k": 512}
     ring = {**v.defaults, "TILED": True, "WGMMA": True, "RING_W": True, "STAGES": 3}
@@ -426,8 +406,6 @@ def test_gemv_mma_tma_rule():
     assert "RING_W" in v.reason({**ring, "RING_W": False, "TMA": True}, prob)
     assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
     assert "TMA" in v.reason({**ring, "EARLY": True}, prob)
-    assert "TMA=2" in v.reason({**ring, "TMA": True, "WS": True}, prob)
-    assert v.reason({**ring, "TMA": 2, "WS": True}, prob) is None
     assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
 
 
