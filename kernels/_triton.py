@@ -37,6 +37,12 @@ PDL = HOPPER and _LAB_PDL == "1"
 INNER_PDL = HOPPER and _LAB_PDL != "0"
 
 
+def reg_cap(maxnreg: int | None) -> dict:
+    """Launch option capping a kernel's registers per thread (MAXNREG: more programs per SM; ptxas spills or
+    reorders past what the build needs), none for None."""
+    return {"maxnreg": maxnreg} if maxnreg else {}
+
+
 def pdl_launch(inner: bool = False) -> dict:
     """Launch options of a kernel that starts with pdl_enter: {"launch_pdl": True} while PDL is on for it
     (inner: the kernel follows a launch of the same op call), else none."""
@@ -78,4 +84,5 @@ def pdl_release():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "pdl_launch", "pdl_enter", "pdl_release", "pdl_scope"]
+__all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "reg_cap", "pdl_launch", "pdl_enter", "pdl_release",
+           "pdl_scope"]

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ._triton import INTERP, pdl_enter, pdl_launch, tl, triton
+from ._triton import INTERP, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import (
     F16_TRICK,
     NIB_DOWN_H2,
@@ -583,7 +583,7 @@ def run_gemv_h2g(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, PREFETCH=False, num_w
                            M, N, K, y.stride(0), plane_words(K), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M,
                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, PREFETCH=PREFETCH, STAGES=num_stages, TILED=TILED,
                            PERSIST=PERSIST > 0, NIB=NIB, EARLY=EARLY, num_warps=num_warps,
-                           **({"maxnreg": MAXNREG} if MAXNREG else {}), **pdl_launch(inner=True))
+                           **reg_cap(MAXNREG), **pdl_launch(inner=True))
     return y
 
 

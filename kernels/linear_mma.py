@@ -38,7 +38,7 @@ import functools
 
 import torch
 
-from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
+from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
@@ -412,16 +412,18 @@ if gluon is not None:
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
-        every thread; x stays on cp.async. The builds take fewer registers (lm_head, 32 tokens, 3 slots: 128
-        against 141, so 4 programs per SM instead of 3) but more instructions per step (373 against 336):
-        Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations (5, sm_90 SASS).
+        every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
+        32 tokens, 3 slots: 128 against 141, so 4 programs per SM instead of 3) but more instructions per step
+        (373 against 336): Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations
+        (5, sm_90 SASS).
         Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
         80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
         barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
         per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
         tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
-        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence)."""
+        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
+        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -698,18 +700,15 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        extra = {"maxnreg": MAXNREG} if MAXNREG else {}
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
+        # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY,
-                               num_warps=num_warps,
-                               **extra, **pdl_launch(inner=True))
+                               EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        extra = {"maxnreg": MAXNREG} if MAXNREG else {}
-        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps, **extra,
-                          **pdl_launch(inner=True))
+        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,
+                          **reg_cap(MAXNREG), **pdl_launch(inner=True))
     return y

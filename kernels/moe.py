@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import pdl_enter, pdl_launch, pdl_release, tl, triton
+from ._triton import pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import (
@@ -543,7 +543,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
         p = tile_mxfp4(p, deinterleave=phase == 1)
     p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
-    extra = {"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and phase == 1 else {}
+    extra = reg_cap(cfg.get("MAXNREG")) if phase == 1 else {}
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import pdl_enter, pdl_launch, tl, triton
+from ._triton import pdl_enter, pdl_launch, reg_cap, tl, triton
 from .linear_f16 import plane_words, x16_row
 from .moe import MoESlots, _program_rows, act16_scale, h2g_tile
 from .prepare import tile_mxfp4
@@ -129,7 +129,7 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=cfg["BLOCK_K"],
         BLOCK_X=min(1024, triton.next_power_of_2(H)), BLOCK_H=bh, TILED=p1.tiled, PREFETCH=cfg["PREFETCH"],
         num_warps=cfg["num_warps"],
-        num_stages=1, **({"maxnreg": cfg["MAXNREG"]} if cfg["MAXNREG"] else {}), **pdl_launch())
+        num_stages=1, **reg_cap(cfg["MAXNREG"]), **pdl_launch())
     return out if combine else MoESlots(y, r.inverse, r.top_k)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERPRETED, pdl_launch, pdl_release, tl, triton
+from ._triton import INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -454,13 +454,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])
         else:  # 8 consecutive rows of one token per thread
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
-        extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
+        extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
-        extra = {**({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {}), **pdl_launch(inner=True)}
+        extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         if cfg.get("STAGES"):
             SW, SX, LXCP = ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
             _moe_ring_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, LX=LX, MMA=MMA, SW=SW, SX=SX,
