@@ -38,8 +38,8 @@ from .linear_mma import (
     decode_step,
     gluon,
     mma_layouts,
-    pad_slots,
     wg_layouts,
+    pad_slots,
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
