@@ -409,7 +409,7 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, PAD: gl.constexpr = 0):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -427,7 +427,7 @@ if gluon is not None:
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
-        wsm = gl.allocate_shared_memory(gl.int32, [STAGES + PAD, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
@@ -493,20 +493,20 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, PAD: gl.constexpr = 0):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop). PAD: never-filled weight slots (pad_slots)."""
+        _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, PAD)
+                                 A_L, SW, NIB, EARLY, TMA == 2)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
-                wsm = gl.allocate_shared_memory(gl.int32, [STAGES + PAD, BLOCK_N, CHUNKS, 4, 4], SW)
+                wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
@@ -522,7 +522,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, PAD: gl.constexpr):
+                   EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -535,7 +535,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, PAD)
+                            xdesc, pid_m * BLOCK_M)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -591,48 +591,12 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
-    need = ring_bytes(cfg)
+    need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
     if need > SHARED_BYTES:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
         return f"STAGES={cfg['STAGES']}: the x ring needs at least 2 slots"
-    pad = pad_slots(cfg)
-    return pad if isinstance(pad, str) else None
-
-
-def ring_bytes(cfg: dict) -> int:
-    """Shared memory of a WGMMA config's ring: per slot x (BLOCK_M rows of 256 bytes per chunk) and with RING_W
-    the weight words and scale bytes (64 + 4 bytes per row and chunk)."""
-    block_n = 16 * cfg["ROWS"] * cfg["num_warps"]
-    return cfg["STAGES"] * cfg["CHUNKS"] * (cfg["BLOCK_M"] * 256 + (block_n * 68 if cfg.get("RING_W") else 0))
-
-
-SM_SHARED = 228 * 1024  # shared memory of one sm_90 SM; every resident program also takes 1 KB the driver reserves
-
-
-def pad_slots(cfg: dict) -> int | str:
-    """PER_SM: how many never-filled slots the weight ring gets so that its shared memory admits at most
-    PER_SM programs per SM (0 without PER_SM), or why that cannot be done.
-
-    Why: a pure-read ring of 8 KB steps streams 4% faster at 3 programs per SM than at 8
-    (results/20261124T092538-h100-80gb-hbm3-layout-stream), while the decode kernels' registers admit 4 and
-    more slots per program did not pay at 4 (results/20261124T160434-h100-80gb-hbm3-linear-mma-xtma2); this
-    trades programs per SM against slots per program. Registers may cap the programs lower still."""
-    per_sm = cfg.get("PER_SM")
-    if not per_sm:
-        return 0
-    if not cfg.get("RING_W"):
-        return f"PER_SM={per_sm} pads RING_W's weight ring (it needs RING_W)"
-    ring = ring_bytes(cfg)
-    slot = 16 * cfg["ROWS"] * cfg["num_warps"] * cfg["CHUNKS"] * 64
-    most = SM_SHARED // per_sm - 1024 - 1024  # fits per_sm programs, with 1 KB for barriers and alignment
-    least = SM_SHARED // (per_sm + 1) - 1024  # must not fit one more
-    if ring > least:
-        return f"PER_SM={per_sm}: the ring alone ({ring} bytes) already keeps programs to at most {per_sm} per SM"
-    pad = (most - ring) // slot
-    if ring + pad * slot <= least:
-        return f"PER_SM={per_sm}: no whole number of {slot}-byte slots puts the ring between {least} and {most} bytes"
-    return pad
+    return None
 
 
 @functools.cache
@@ -705,7 +669,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, PER_SM=None):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -717,8 +681,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. PER_SM (with
-    RING_W): never-filled ring slots keep the programs per SM to at most PER_SM (pad_slots)."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -743,10 +706,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, PAD=pad_slots(dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS,
-                                                               num_warps=num_warps, STAGES=STAGES, RING_W=RING_W,
-                                                               PER_SM=PER_SM)),
-                               num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
+                               EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,

@@ -410,40 +410,6 @@ def test_gemv_mma_tma_rule():
 
 
 @pytest.mark.gpu
-def test_gemv_mma_per_sm_is_bit_identical():
-    """PER_SM only adds never-filled slots to the weight ring (fewer programs per SM, the same steps): the
-    bits of the unpadded build, with cp.async and TMA rings. Only compiled kernels have the ring."""
-    m, n, k = 8, 5000, 2880
-    x, _, b, _ = make(m, n, k, seed=11, dev="cuda")
-    w = wide_span_weight(n, k, seed=12, dev="cuda")
-    for tma in (False, 2):
-        cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "STAGES": 4, "num_warps": 4, "TILED": True, "WGMMA": True,
-               "RING_W": True, "NIB": True, "TMA": tma}
-        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-        for per_sm in (3, 2):
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", PER_SM=per_sm, **cfg), y), (tma, per_sm)
-
-
-def test_gemv_mma_per_sm_rule():
-    """PER_SM pads RING_W's ring on wgmma: refused without them, and where the ring alone already keeps the
-    programs to PER_SM per SM; the pad puts the ring's bytes between the PER_SM + 1 and PER_SM bounds."""
-    from kernels.linear_mma import SM_SHARED, pad_slots, ring_bytes
-
-    v = LINEAR["gemv_mma"]
-    prob = {"m": 8, "n": 256, "k": 512}
-    ring = {**v.defaults, "BLOCK_M": 8, "ROWS": 2, "TILED": True, "WGMMA": True, "RING_W": True, "STAGES": 3}
-    for per_sm in (1, 2, 3, 4):
-        cfg = {**ring, "PER_SM": per_sm}
-        assert v.reason(cfg, prob) is None, per_sm
-        total = ring_bytes(cfg) + pad_slots(cfg) * 128 * 64
-        assert SM_SHARED // (per_sm + 1) - 1024 < total <= SM_SHARED // per_sm - 1024, per_sm
-    assert pad_slots(ring) == 0
-    assert "RING_W" in v.reason({**ring, "RING_W": False, "PER_SM": 3}, prob)
-    assert "WGMMA" in v.reason({**v.defaults, "PER_SM": 3}, prob)
-    assert "already" in v.reason({**ring, "STAGES": 6, "PER_SM": 3}, prob)
-
-
-@pytest.mark.gpu
 def test_timing_sanity_bigger_is_slower():
     from labkit.bench import time_calls
 

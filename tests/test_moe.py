@@ -452,23 +452,6 @@ def test_moe_h2g_maxnreg_is_bit_identical(tokens):
         assert rel_err(y, ref) < TOL
 
 
-@pytest.mark.gpu
-def test_moe_mma_per_sm_is_bit_identical():
-    """PER_SM only adds never-filled slots to both launches' weight rings: the unpadded bits, with and without
-    ROWS2 and CHAIN; refused off wgmma. Only compiled kernels have the ring."""
-    dev = torch.device("cuda")
-    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
-           "RING_W": True, "NIB": True}
-    dw, x, r, ref = odd_layer(7, 37, 5, dev)
-    for extra in ({}, {"ROWS2": 1, "CHAIN": True}):
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
-        for per_sm in (3, 2):
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, PER_SM=per_sm), y), extra
-    assert rel_err(y, ref) < TOL
-    v = K.VARIANTS["moe_mma"]
-    assert "WGMMA" in v.reason({**v.defaults, "PER_SM": 3}, {})
-
-
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
