@@ -1,8 +1,7 @@
 """Device check: variant="auto" on the lm_head weight in each held layout (rows, tiled, each shuffled or not) at
 1-64 tokens picks the refitted tables' configs; each pick's output equals the same config with TMA, EARLY and
 MAXNREG off bit for bit (they move copies and registers, not arithmetic) and the reference within the lab's
-tolerance. Since the TMA tail view (kernels.linear_mma.tma_descriptors) a TMA pick on K=2880 sums its K steps
-tail first, so there `same` is expected False and only the reference bound holds."""
+tolerance."""
 import torch
 
 import kernels as K

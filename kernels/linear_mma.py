@@ -261,13 +261,10 @@ if gluon is not None:
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
     @gluon.jit
-    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, k=None):
-        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy; K step k's where given) into
-        ring slot c % STAGES and commit it as one group (past the last step: an empty group, so the waits stay
-        uniform)."""
-        if k is None:
-            k = c
-        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + k * (STEP * 8), mask=c < steps)
+    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot c % STAGES
+        and commit it as one group (past the last step: an empty group, so the waits stay uniform)."""
+        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
 
     @gluon.jit
@@ -376,12 +373,12 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, k, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
+    def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
                        XBYTES: gl.constexpr = 0, tdesc=None):
-        """TMA: K step k's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
+        """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
-        from c = steps on); the barrier expects XBYTES more (x's box, TMA=2). tdesc (the K tail's step): the
-        words through tma_descriptors' tail view, which reads only the real words and fills the padding with
+        past the last step); the barrier expects XBYTES more (x's box, TMA=2). tdesc: the last step's words
+        through tma_descriptors' tail view, which reads only the K tail's words and fills the padding with
         zeros (the same box and bytes in shared memory)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
@@ -389,32 +386,34 @@ if gluon is not None:
         bar = bars.index(slot)
         mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
         if tdesc is None:
-            tma.async_copy_global_to_shared(wdesc, [g0, k * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         else:
+            last = c == steps - 1
+            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live & ~last)
             tail = wsm.index(slot)._reinterpret(gl.int32, [wsm.shape[1], CHUNKS, 16, 16], tdesc.layout)
-            tma.async_copy_global_to_shared(tdesc, [g0, k * CHUNKS, 0, 0], bar, tail, pred=live)
-        tma.async_copy_global_to_shared(sdesc, [k * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(tdesc, [g0, c * CHUNKS, 0, 0], bar, tail, pred=last)
+        tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
 
     @gluon.jit
-    def _g_tma_x(xsm, bars, xdesc, m0, c, k, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
-        """TMA=2: K step k's x rows (tokens from m0; rows past M read as zeros) as one more box on slot
-        c % STAGES's mbarrier."""
+    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+        """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
+        mbarrier."""
         slot = c % STAGES
-        tma.async_copy_global_to_shared(xdesc, [m0, k * (STEP * 8)], bars.index(slot), xsm.index(slot),
+        tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
                                         pred=c < steps)
 
     @gluon.jit
-    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, k, steps,
-                     STEP: gl.constexpr, STAGES: gl.constexpr, XT: gl.constexpr, tdesc=None):
-        """K step k into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT)
-        or by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
+    def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
+                     STAGES: gl.constexpr, XT: gl.constexpr, tdesc=None):
+        """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
+        by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, k, steps, STEP, STAGES, xsm.shape[1] * STEP * 16,
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16,
                            tdesc)
-            _g_tma_x(xsm, bars, xdesc, m0, c, k, steps, STEP, STAGES)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
         else:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, k, steps, STEP, STAGES, 0, tdesc)
-            _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, k)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, tdesc)
+            _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
 
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
@@ -430,13 +429,10 @@ if gluon is not None:
         80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
         barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
         per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
-        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. tdesc (tma_descriptors'
-        tail view, where K ends in a partial chunk): the tail's step runs first, its padding zero-filled by the
-        TMA instead of read (K=2880: 2.2% of the bytes), every other step as before; the same products summed
-        in another order. EARLY: the program's PDL wait comes after its first steps' weight copies (the caller
-        skips its own). XT (TMA=2): x's rows of a step as a third box on the same mbarrier (no cp.async group,
-        no proxy fence): 64 tokens 160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied
-        (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
+        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
+        program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
+        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
+        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -448,29 +444,19 @@ if gluon is not None:
         fence_async_shared()
         gl.thread_barrier()
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
-        # with a tail view (tdesc) the K steps run tail first: step 0 is K step steps - 1, step c > 0 K step c - 1
-        ROT: gl.constexpr = 0 if tdesc is None else 1
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                if ROT and q == 0:
-                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps - 1, steps, STEP, STAGES, XBYTES, tdesc)
-                else:
-                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, q - ROT, steps, STEP, STAGES, XBYTES)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, tdesc)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
-                k = steps - 1 if ROT and q == 0 else q - ROT
                 if XT:
-                    _g_tma_x(xsm, bars, xdesc, m0, q, k, steps, STEP, STAGES)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
-                    _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, k)
+                    _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         else:
             for q in gl.static_range(STAGES - 1):
-                if ROT and q == 0:
-                    _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps - 1, steps,
-                                 STEP, STAGES, XT, tdesc)
-                else:
-                    _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, q - ROT, steps,
-                                 STEP, STAGES, XT)
+                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
+                             XT, tdesc)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -484,8 +470,8 @@ if gluon is not None:
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
-                         c + STAGES - 1 - ROT, steps, STEP, STAGES, XT)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                         STAGES, XT, tdesc)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
