@@ -374,24 +374,16 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, tdesc=None):
+                       XBYTES: gl.constexpr = 0):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
-        past the last step); the barrier expects XBYTES more (x's box, TMA=2). tdesc: the last step's words
-        through tma_descriptors' tail view, which reads only the K tail's words and fills the padding with
-        zeros (the same box and bytes in shared memory)."""
+        past the last step); the barrier expects XBYTES more (x's box, TMA=2)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
         mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
-        if tdesc is None:
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
-        else:
-            last = c == steps - 1
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live & ~last)
-            tail = wsm.index(slot)._reinterpret(gl.int32, [wsm.shape[1], CHUNKS, 16, 16], tdesc.layout)
-            tma.async_copy_global_to_shared(tdesc, [g0, c * CHUNKS, 0, 0], bar, tail, pred=last)
+        tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
 
     @gluon.jit
@@ -404,21 +396,20 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, XT: gl.constexpr, tdesc=None):
+                     STAGES: gl.constexpr, XT: gl.constexpr):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16,
-                           tdesc)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16)
             _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
         else:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, tdesc)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
 
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, tdesc=None):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -446,7 +437,7 @@ if gluon is not None:
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, tdesc)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
@@ -456,7 +447,7 @@ if gluon is not None:
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, tdesc)
+                             XT)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -471,7 +462,7 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, tdesc)
+                         STAGES, XT)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
@@ -502,7 +493,7 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, tdesc=None):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
         _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
@@ -511,7 +502,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, tdesc)
+                                 A_L, SW, NIB, EARLY, TMA == 2)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -531,7 +522,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, tdesc):
+                   EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -544,7 +535,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, tdesc)
+                            xdesc, pid_m * BLOCK_M)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -662,27 +653,18 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 
 
 def tma_descriptors(p, NG: int, CHUNKS: int):
-    """(words, scales, tail) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS
-    chunks: words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales
-    [KC, G, 64] (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. Made once per
-    box shape and cached on p.
-
-    tail (None unless the last K step is one partial chunk): the words viewed [G, KC, 16, TW] with only the
-    TW real words of each row of a chunk, boxes [NG, CHUNKS, 16, 16]: the last step's box lands the same bytes
-    in the same places, its padding filled by the TMA instead of read (K=2880 pads each row's last chunk from
-    8 to 16 words: the full box reads 2.2% more than the weight's bytes)."""
+    """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
+    words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
+    (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. Made once per box shape
+    and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
     if (NG, CHUNKS) not in cache:
         G, KC = p.words.shape[-4], p.words.shape[-3]
-        tw = (p.K // 8) % (16 * CHUNKS)  # real words of the last step
         cache[NG, CHUNKS] = (
             TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
             TensorDescriptor(p.scales, [KC, G, 64], [64, KC * 64, 1], [CHUNKS, NG, 64],
-                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)),
-            TensorDescriptor(p.words, [G, KC, 16, tw], [KC * 256, 256, 16, 1], [NG, CHUNKS, 16, 16],
-                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=4))
-            if 0 < tw < 16 else None)
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
     return cache[NG, CHUNKS]
 
 
@@ -718,12 +700,12 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        wdesc, sdesc, tdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None, None)
+        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
-                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, tdesc=tdesc, xdesc=xdesc, TMA=int(TMA),
+                               SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
