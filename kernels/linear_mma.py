@@ -318,11 +318,11 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c, steps, KW, KB,
-                      STEP: gl.constexpr, STAGES: gl.constexpr, X0: gl.constexpr = 0, XN: gl.constexpr = 0):
+                      STEP: gl.constexpr, STAGES: gl.constexpr):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
         layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
-        group; past the last step nothing (zero-filled). XN: the x rows go to rows X0 .. X0 + XN of the slot."""
+        group; past the last step nothing (zero-filled)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
@@ -333,10 +333,7 @@ if gluon is not None:
                                                    s_ptr + scofs + (c * CHUNKS + q) * 64,
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
-        xslot = xsm.index(slot)
-        if XN:
-            xslot = xslot.slice(X0, XN)
-        async_copy.async_copy_global_to_shared(xslot, x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
         async_copy.commit_group()
 
     @gluon.jit

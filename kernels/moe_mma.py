@@ -445,25 +445,21 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ws_decoder(w_e, s_e, x_ptr, sorted_ptr, asm, xsm, wsm, ssm, ready, empty, m0, end, col0, N, K, KP, TOPK,
-                      SMAX, steps, PART: gl.constexpr, PHASE: gl.constexpr, TILED: gl.constexpr,
-                      CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, LXCP: gl.constexpr,
-                      LSC: gl.constexpr, NIB: gl.constexpr):
-        """One of WS's decoder partitions (a warpgroup each): part PART of the program's weight rows and token
-        rows through RING_W's cp.async ring (its own words and scales; its share of the x slots) STAGES - 2
-        steps ahead; each step's words decoded to fp16 into its rows of one of two A slots in shared memory,
-        handed to the MMA warpgroup on the slot's ready barrier (one arrival per part). A ring slot is refilled
-        once the MMA of the step two before has retired (its empty barrier), which frees that step's A slot."""
-        RB: gl.constexpr = wsm.shape[1]  # this part's weight rows
-        BLOCK_N: gl.constexpr = asm.shape[1]
-        XB: gl.constexpr = xsm.shape[1] // (BLOCK_N // RB)  # and token rows
+                      SMAX, steps, PHASE: gl.constexpr, TILED: gl.constexpr, CHUNKS: gl.constexpr,
+                      STAGES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LW: gl.constexpr,
+                      LXCP: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
+        """WS's decoder partition (one warpgroup): RING_W's cp.async ring (words, scales, x rows) STAGES - 2 steps
+        ahead, each step's words decoded to fp16 into one of two A slots in shared memory, the slot handed to
+        the MMA warpgroup on its ready barrier. A ring slot is refilled once the MMA of the step two before has
+        retired (its empty barrier), which frees that step's A slot too."""
+        r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-        r = PART * RB + gl.arange(0, RB, layout=row_layout(LW))
         ra, rb = _g_rows(col0 + r % COLS, N, PHASE, TILED)
         rows = gl.where(r < COLS, ra, rb)
         KW = K // 8
         wofs, sofs, group, block = _g_word_offsets(rows, KW, CHUNKS, TILED, LW)
         scofs = _g_scale_copy(rows, KW, LSC)
-        rm = m0 + PART * XB + gl.arange(0, XB, layout=gl.SliceLayout(1, LXCP))
+        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
         src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
         xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                 + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
@@ -471,19 +467,19 @@ if gluon is not None:
         AHEAD: gl.constexpr = STAGES - 2
         for q in gl.static_range(AHEAD):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_e, wofs, group, s_e, scofs, q, steps, KW, K // 32, STEP,
-                          STAGES, PART * XB, XB)
+                          STAGES)
         for c in range(0, steps):
             if c >= 2:  # the slot step c + AHEAD refills held step c - 2: its MMA retired
                 mbarrier.wait(empty.index((c - 2) % STAGES), ((c - 2) // STAGES) & 1)
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_e, wofs, group, s_e, scofs, c + AHEAD, steps, KW, K // 32,
-                          STEP, STAGES, PART * XB, XB)
+                          STEP, STAGES)
             async_copy.wait_group(AHEAD)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's (the scale bytes are read by other threads than copied them)
             slot = c % STAGES
             v = wsm.index(slot).load(LW)
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
                 gl.SliceLayout(3, LW))
-            asm.index(c % 2).slice(PART * RB, RB).store(_g_decode_step(v, s, SMAX, NIB))
+            asm.index(c % 2).store(_g_decode_step(v, s, SMAX, NIB))
             fence_async_shared()  # the A stores and x copies (generic proxy) before the wgmma reads (async proxy)
             gl.thread_barrier()
             mbarrier.arrive(ready.index(slot))
@@ -509,60 +505,43 @@ if gluon is not None:
                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                        TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr,
                        LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                       LSC: gl.constexpr, SA: gl.constexpr, NIB: gl.constexpr, PARTS: gl.constexpr,
-                       DEC_REGS: gl.constexpr):
-        """moe_mma WS: _moe_wg_kernel's tile with the decode split from the MMA (warp-specialized). PARTS decoder
-        warpgroups (_g_ws_decoder, each its share of the weight rows and x rows) decode each step's weights into
-        shared memory; the program's warpgroup (_g_ws_mma) multiplies them from there, so the decode of step
-        c + 1 runs while step c's wgmma does, and a larger token tile (up to 128 accumulators) reuses each
-        decoded weight for more tokens."""
+                       LSC: gl.constexpr, SA: gl.constexpr, NIB: gl.constexpr, DEC_REGS: gl.constexpr):
+        """moe_mma WS: _moe_wg_kernel's tile with the decode split from the MMA (warp-specialized). A decoder
+        warpgroup (_g_ws_decoder) decodes each step's weights into shared memory; the program's warpgroup
+        (_g_ws_mma) multiplies them from there, so the decode of step c + 1 runs while step c's wgmma does and
+        a larger token tile (up to 128 accumulators) reuses each decoded weight for more tokens."""
         _g_pdl_enter()
         tile = gl.program_id(1)
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         steps = gl.where(live, gl.cdiv(K // 8, CHUNKS * 16), 0)  # spare programs run no step
-        e = gl.where(live, e, 0)  # and their decoders' offsets stay inside the tensors (sorted position 0)
+        e = gl.where(live, e, 0)  # and their decoder's offsets stay inside the tensors (sorted position 0)
         m0 = gl.where(live, m0, 0)
         end = gl.where(live, end, 0)
-        RB: gl.constexpr = BLOCK_N // PARTS
         asm = gl.allocate_shared_memory(gl.float16, [2, BLOCK_N, 128 * CHUNKS], SA)
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
+        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
-            mbarrier.init(ready.index(q), count=PARTS)
+            mbarrier.init(ready.index(q), count=1)
             mbarrier.init(empty.index(q), count=1)
         fence_async_shared()
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-        w_e = w_ptr + e.to(gl.int64) * WE
-        s_e = s_ptr + e.to(gl.int64) * SE
-        col0 = gl.program_id(0) * COLS
-        wsm0 = gl.allocate_shared_memory(gl.int32, [STAGES, RB, CHUNKS, 4, 4], SW)
-        ssm0 = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * RB // 4, 16], SS)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        if PARTS == 1:
-            (acc,) = gl.warp_specialize([
-                (_g_ws_mma, (asm, xsm, ready, empty, acc, steps, STAGES)),
-                (_g_ws_decoder, (w_e, s_e, x_ptr, sorted_ptr, asm, xsm, wsm0, ssm0, ready, empty, m0, end, col0, N,
-                                 K, KP, TOPK, SMAX, steps, 0, PHASE, TILED, CHUNKS, STAGES, LW, LXCP, LSC, NIB)),
-            ], [4], [DEC_REGS])
-        else:
-            wsm1 = gl.allocate_shared_memory(gl.int32, [STAGES, RB, CHUNKS, 4, 4], SW)
-            ssm1 = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * RB // 4, 16], SS)
-            (acc,) = gl.warp_specialize([
-                (_g_ws_mma, (asm, xsm, ready, empty, acc, steps, STAGES)),
-                (_g_ws_decoder, (w_e, s_e, x_ptr, sorted_ptr, asm, xsm, wsm0, ssm0, ready, empty, m0, end, col0, N,
-                                 K, KP, TOPK, SMAX, steps, 0, PHASE, TILED, CHUNKS, STAGES, LW, LXCP, LSC, NIB)),
-                (_g_ws_decoder, (w_e, s_e, x_ptr, sorted_ptr, asm, xsm, wsm1, ssm1, ready, empty, m0, end, col0, N,
-                                 K, KP, TOPK, SMAX, steps, 1, PHASE, TILED, CHUNKS, STAGES, LW, LXCP, LSC, NIB)),
-            ], [4, 4], [DEC_REGS, DEC_REGS])
+        (acc,) = gl.warp_specialize([
+            (_g_ws_mma, (asm, xsm, ready, empty, acc, steps, STAGES)),
+            (_g_ws_decoder, (w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, x_ptr, sorted_ptr, asm, xsm,
+                             wsm, ssm, ready, empty, m0, end, gl.program_id(0) * COLS, N, K, KP, TOPK, SMAX, steps,
+                             PHASE, TILED, CHUNKS, STAGES, BLOCK_M, BLOCK_N, LW, LXCP, LSC, NIB)),
+        ], [4], [DEC_REGS])
         if live:
             _g_wg_epilogue(acc, m0, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
                            limit, act_scale, SMAX, PHASE, COLS, BLOCK_M, EPI)
 
 
-WS_DECODER_REGS = 128  # registers per thread of each WS decoder warpgroup (setmaxnreg)
-WS_LAUNCH_REGS = {1: 168, 2: 160}  # WS's launch budget per thread by decoder warpgroups: the MMA warpgroup gets
-# (WS + 1) * budget - WS * 128 of it: 208 and 224
+WS_DECODER_REGS = 128  # registers per thread of WS's decoder warpgroup (setmaxnreg)
+WS_LAUNCH_REGS = 168  # WS's launch budget per thread: the MMA warpgroup gets 2 * 168 - 128 = 208
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
@@ -598,14 +577,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         if cfg.get("WS"):
-            parts = int(cfg["WS"])
             SA = gl.NVMMASharedLayout.get_default_for([BN, 128 * cfg["CHUNKS"]], gl.float16)
-            LWP, LXP, _, _ = wg_layouts(BM // parts, cfg["ROWS"] // parts, cfg["CHUNKS"], nw)  # a part's rows
-            SWP, SSP, LSCP = wg_ring_layouts(BM // parts, cfg["ROWS"] // parts, cfg["CHUNKS"], nw)
-            _moe_ws_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LWP, MMA=MMA, LXCP=LXP, SX=SX, EPI=EPI,
-                                 SW=SWP, SS=SSP, LSC=LSCP, SA=SA, PARTS=parts,
-                                 DEC_REGS=WS_DECODER_REGS, num_warps=nw,
-                                 maxnreg=cfg.get("MAXNREG") or WS_LAUNCH_REGS[parts], **pdl_launch(inner=True))
+            _moe_ws_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, MMA=MMA, LXCP=LXCP, SX=SX, EPI=EPI,
+                                 SW=SW, SS=SS, LSC=LSC, SA=SA, DEC_REGS=WS_DECODER_REGS, num_warps=nw,
+                                 maxnreg=cfg.get("MAXNREG") or WS_LAUNCH_REGS, **pdl_launch(inner=True))
             return grid[0]
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
@@ -624,7 +599,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, WS=0):
+                NIB=False, CHAIN=False, ROWS2=None, WS=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -640,9 +615,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). WS (WGMMA with RING_W): WS (1 or 2)
-    decoder warpgroups decode each step's weights into shared memory while the program's warpgroup multiplies
-    the step before from there (warp-specialized, wgmma with both operands in shared memory); token tiles up to 128
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). WS (WGMMA with RING_W): a decoder
+    warpgroup decodes each step's weights into shared memory while the program's warpgroup multiplies the step
+    before from there (warp-specialized, wgmma with both operands in shared memory); token tiles up to 128
     accumulators per thread (ROWS * BLOCK_M / 2), so each decoded weight serves more tokens; MAXNREG is then
     the launch's register budget (default WS_LAUNCH_REGS). x16 (plane-major) is not used."""
     T, H = x.shape
@@ -683,7 +658,7 @@ def _rule_registers(cfg, problem):
 
 
 def _ws_reason(cfg):
-    """WS runs RING_W's ring (TILED words) in WS decoder warpgroups beside one MMA warpgroup (num_warps=4),
+    """WS runs RING_W's ring (TILED words) in one decoder warpgroup beside one MMA warpgroup (num_warps=4),
     without CHAIN; the MMA warpgroup holds ROWS * BLOCK_M / 2 accumulators (at most 64 * ROWS, and 64 fewer
     than the registers MAXNREG leaves it);
     shared memory holds two decoded A slots (BLOCK_N rows of 256 * CHUNKS bytes) and STAGES >= 3 ring slots
@@ -692,16 +667,13 @@ def _ws_reason(cfg):
         return "WS splits WGMMA's RING_W ring (TILED weights) between a decoder and an MMA warpgroup"
     if cfg["num_warps"] != 4 or cfg.get("CHAIN"):
         return "WS has one MMA warpgroup (num_warps=4) and no CHAIN"
-    parts = int(cfg["WS"])
-    if parts not in (1, 2) or cfg["ROWS"] % parts:
-        return f"WS={parts}: 1 or 2 decoder warpgroups of 64 * ROWS / WS weight rows each (ROWS=2 for 2)"
     acc = cfg["ROWS"] * cfg["BLOCK_M"] // 2
     if acc > 128:
         return f"{acc} accumulators per thread (ROWS*BLOCK_M/2 > 128)"
-    budget = cfg.get("MAXNREG") or WS_LAUNCH_REGS[parts]
-    mma = (parts + 1) * budget - parts * WS_DECODER_REGS  # what setmaxnreg leaves the MMA warpgroup
-    if budget < WS_DECODER_REGS or acc > min(mma, 256) - 64 or (parts + 1) * 128 * budget > 65536:
-        return f"MAXNREG={budget} leaves the MMA warpgroup {mma} registers for {acc} accumulators"
+    budget = cfg.get("MAXNREG") or WS_LAUNCH_REGS  # the MMA warpgroup gets 2 * budget - WS_DECODER_REGS
+    if budget < WS_DECODER_REGS or acc > 2 * budget - WS_DECODER_REGS - 64:
+        return (f"MAXNREG={budget} leaves the MMA warpgroup {2 * budget - WS_DECODER_REGS} registers for {acc} "
+                "accumulators")
     if cfg["STAGES"] < 3:
         return f"STAGES={cfg['STAGES']}: WS's ring runs STAGES - 2 steps ahead (at least 3 slots)"
     block_n, c = 64 * cfg["ROWS"], cfg["CHUNKS"]
@@ -751,15 +723,14 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "WS": (0, 1, 2)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "WS": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "WS": 0},
+              "ROWS2": None, "WS": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "
-                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15); WS: 1-2 decoder "
-                "warpgroups fill fp16 A slots in shared memory for the MMA warpgroup (warp-specialized)",
+                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
