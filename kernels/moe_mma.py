@@ -514,9 +514,6 @@ if gluon is not None:
         tile = gl.program_id(1)
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         steps = gl.where(live, gl.cdiv(K // 8, CHUNKS * 16), 0)  # spare programs run no step
-        e = gl.where(live, e, 0)  # and their decoder's offsets stay inside the tensors (sorted position 0)
-        m0 = gl.where(live, m0, 0)
-        end = gl.where(live, end, 0)
         asm = gl.allocate_shared_memory(gl.float16, [2, BLOCK_N, 128 * CHUNKS], SA)
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)

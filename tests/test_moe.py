@@ -379,7 +379,7 @@ def test_moe_mma_ws_is_bit_identical_to_wgmma(ws):
     for logits in (torch.randn(T, E, generator=g), torch.randn(T, E, generator=g) + 4 * (torch.arange(E) == 2)):
         r = K.route(logits.to(dev), 4)
         y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **rs)
-        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **{**rs, **ws}, WS=True), y)
+        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **rs, **ws, WS=True), y)
 
 
 @pytest.mark.parametrize("cfg", [
