@@ -669,8 +669,7 @@ def _ws_reason(cfg):
         return f"{acc} accumulators per thread (ROWS*BLOCK_M/2 > 128)"
     budget = cfg.get("MAXNREG") or WS_LAUNCH_REGS  # the MMA warpgroup gets 2 * budget - WS_DECODER_REGS
     if budget < WS_DECODER_REGS or acc > 2 * budget - WS_DECODER_REGS - 64:
-        return (f"MAXNREG={budget} leaves the MMA warpgroup {2 * budget - WS_DECODER_REGS} registers for {acc} "
-                "accumulators")
+        return f"MAXNREG={budget} leaves the MMA warpgroup {2 * budget - WS_DECODER_REGS} registers for {acc} accumulators"
     if cfg["STAGES"] < 3:
         return f"STAGES={cfg['STAGES']}: WS's ring runs STAGES - 2 steps ahead (at least 3 slots)"
     block_n, c = 64 * cfg["ROWS"], cfg["CHUNKS"]
