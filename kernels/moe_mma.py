@@ -49,18 +49,9 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        mbarrier,
-        warpgroup_mma,
-        warpgroup_mma_wait,
-    )
 
     from .linear_mma import (
-        _g_decode_step,
         _g_pdl_enter,
-        _g_ring_issue,
-        _g_scale_copy,
         _g_step,
         _g_wg_program,
         _g_word_offsets,
@@ -379,29 +370,6 @@ if gluon is not None:
                         out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
-    def _g_wg_epilogue(acc, m0, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha, limit,
-                       act_scale, SMAX, PHASE: gl.constexpr, COLS: gl.constexpr, BLOCK_M: gl.constexpr,
-                       EPI: gl.constexpr):
-        """A wgmma program's accumulator [weight rows, tokens] to _epilogue: mlp1 brings each column's gate/linear
-        pair into one thread (layout EPI, through shared memory); mlp2 8 consecutive rows of a token (one
-        16-byte store, not 8 scattered 2-byte ones)."""
-        if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
-            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
-            acc_a, acc_b = gl.split(pair)
-            LP: gl.constexpr = gl.SliceLayout(2, EPI)
-            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-            j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-        else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
-            acc_a = gl.convert_layout(acc, EPI)
-            acc_b = acc_a
-            j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
-        _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                    out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
-
-    @gluon.jit
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
@@ -437,108 +405,23 @@ if gluon is not None:
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
                                 SW, SS, LSC, NIB, None, None, 0, False)
-            _g_wg_epilogue(acc, m0, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-                           limit, act_scale, SMAX, PHASE, COLS, BLOCK_M, EPI)
+            if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
+                pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
+                acc_a, acc_b = gl.split(pair)
+                LP: gl.constexpr = gl.SliceLayout(2, EPI)
+                acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
+                acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
+                acc_a = gl.convert_layout(acc, EPI)
+                acc_b = acc_a
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
+                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
+            _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
+                        out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
-
-
-    @gluon.jit
-    def _g_ws_decoder(w_e, s_e, x_ptr, sorted_ptr, asm, xsm, wsm, ssm, ready, empty, m0, end, col0, N, K, KP, TOPK,
-                      SMAX, steps, PHASE: gl.constexpr, TILED: gl.constexpr, CHUNKS: gl.constexpr,
-                      STAGES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LW: gl.constexpr,
-                      LXCP: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr):
-        """WS's decoder partition (one warpgroup): RING_W's cp.async ring (words, scales, x rows) STAGES - 2 steps
-        ahead, each step's words decoded to fp16 into one of two A slots in shared memory, the slot handed to
-        the MMA warpgroup on its ready barrier. A ring slot is refilled once the MMA of the step two before has
-        retired (its empty barrier), which frees that step's A slot too."""
-        r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-        ra, rb = _g_rows(col0 + r % COLS, N, PHASE, TILED)
-        rows = gl.where(r < COLS, ra, rb)
-        KW = K // 8
-        wofs, sofs, group, block = _g_word_offsets(rows, KW, CHUNKS, TILED, LW)
-        scofs = _g_scale_copy(rows, KW, LSC)
-        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
-        src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-        xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
-                + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
-        STEP: gl.constexpr = CHUNKS * 16
-        AHEAD: gl.constexpr = STAGES - 2
-        for q in gl.static_range(AHEAD):
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_e, wofs, group, s_e, scofs, q, steps, KW, K // 32, STEP,
-                          STAGES)
-        for c in range(0, steps):
-            if c >= 2:  # the slot step c + AHEAD refills held step c - 2: its MMA retired
-                mbarrier.wait(empty.index((c - 2) % STAGES), ((c - 2) // STAGES) & 1)
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_e, wofs, group, s_e, scofs, c + AHEAD, steps, KW, K // 32,
-                          STEP, STAGES)
-            async_copy.wait_group(AHEAD)  # this thread's copies of step c landed
-            gl.thread_barrier()  # every thread's (the scale bytes are read by other threads than copied them)
-            slot = c % STAGES
-            v = wsm.index(slot).load(LW)
-            s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
-                gl.SliceLayout(3, LW))
-            asm.index(c % 2).store(_g_decode_step(v, s, SMAX, NIB))
-            fence_async_shared()  # the A stores and x copies (generic proxy) before the wgmma reads (async proxy)
-            gl.thread_barrier()
-            mbarrier.arrive(ready.index(slot))
-        async_copy.wait_group(0)
-
-    @gluon.jit
-    def _g_ws_mma(asm, xsm, ready, empty, acc, steps, STAGES: gl.constexpr):
-        """WS's MMA partition (the program's warpgroup): per step wait for the decoded A slot and x slot, wgmma
-        from shared memory with the previous step still in flight, and release the slots of the step that
-        retired."""
-        for c in range(0, steps):
-            slot = c % STAGES
-            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-            acc = warpgroup_mma(asm.index(c % 2), xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=[acc])
-            mbarrier.arrive(empty.index((c + STAGES - 1) % STAGES), pred=c > 0)  # step c - 1 retired
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        return (acc,)  # warp_specialize returns the default partition's results as a tuple
-
-    @gluon.jit
-    def _moe_ws_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
-                       K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
-                       EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                       TILED: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr,
-                       LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
-                       LSC: gl.constexpr, SA: gl.constexpr, NIB: gl.constexpr, DEC_REGS: gl.constexpr):
-        """moe_mma WS: _moe_wg_kernel's tile with the decode split from the MMA (warp-specialized). A decoder
-        warpgroup (_g_ws_decoder) decodes each step's weights into shared memory; the program's warpgroup
-        (_g_ws_mma) multiplies them from there, so the decode of step c + 1 runs while step c's wgmma does and
-        a larger token tile (up to 128 accumulators) reuses each decoded weight for more tokens."""
-        _g_pdl_enter()
-        tile = gl.program_id(1)
-        e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
-        steps = gl.where(live, gl.cdiv(K // 8, CHUNKS * 16), 0)  # spare programs run no step
-        asm = gl.allocate_shared_memory(gl.float16, [2, BLOCK_N, 128 * CHUNKS], SA)
-        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
-        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for q in gl.static_range(STAGES):
-            mbarrier.init(ready.index(q), count=1)
-            mbarrier.init(empty.index(q), count=1)
-        fence_async_shared()
-        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        (acc,) = gl.warp_specialize([
-            (_g_ws_mma, (asm, xsm, ready, empty, acc, steps, STAGES)),
-            (_g_ws_decoder, (w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, x_ptr, sorted_ptr, asm, xsm,
-                             wsm, ssm, ready, empty, m0, end, gl.program_id(0) * COLS, N, K, KP, TOPK, SMAX, steps,
-                             PHASE, TILED, CHUNKS, STAGES, BLOCK_M, BLOCK_N, LW, LXCP, LSC, NIB)),
-        ], [4], [DEC_REGS])
-        if live:
-            _g_wg_epilogue(acc, m0, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-                           limit, act_scale, SMAX, PHASE, COLS, BLOCK_M, EPI)
-
-
-WS_DECODER_REGS = 128  # registers per thread of WS's decoder warpgroup (setmaxnreg)
-WS_LAUNCH_REGS = 168  # WS's launch budget per thread: the MMA warpgroup gets 2 * 168 - 128 = 208
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
@@ -573,12 +456,6 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        if cfg.get("WS"):
-            SA = gl.NVMMASharedLayout.get_default_for([BN, 128 * cfg["CHUNKS"]], gl.float16)
-            _moe_ws_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], LW=LW, MMA=MMA, LXCP=LXCP, SX=SX, EPI=EPI,
-                                 SW=SW, SS=SS, LSC=LSC, SA=SA, DEC_REGS=WS_DECODER_REGS, num_warps=nw,
-                                 maxnreg=cfg.get("MAXNREG") or WS_LAUNCH_REGS, **pdl_launch(inner=True))
-            return grid[0]
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
     else:
@@ -596,7 +473,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, WS=False):
+                NIB=False, CHAIN=False, ROWS2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -612,11 +489,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). WS (WGMMA with RING_W): a decoder
-    warpgroup decodes each step's weights into shared memory while the program's warpgroup multiplies the step
-    before from there (warp-specialized, wgmma with both operands in shared memory); token tiles up to 128
-    accumulators per thread (ROWS * BLOCK_M / 2), so each decoded weight serves more tokens; MAXNREG is then
-    the launch's register budget (default WS_LAUNCH_REGS). x16 (plane-major) is not used."""
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -626,7 +499,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, WS=WS)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -641,9 +514,7 @@ def _rule_registers(cfg, problem):
     16 * ROWS * CHUNKS weight words, which PREFETCH about triples (next words plus the decode's temporaries).
     Fitted to sm_90 builds (triton 3.6, E=128, H=2880): BLOCK_M=64 CHUNKS=1, BLOCK_M=8 ROWS=2 CHUNKS=2 PREFETCH
     and BLOCK_M=32 ROWS=2 PREFETCH spill; every config this rule admits among the 13 compiled does not.
-    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason); WS, see _ws_reason."""
-    if cfg.get("WS"):
-        return _ws_reason(cfg)
+    WGMMA keeps no x in registers and one accumulator (kernels.linear_mma.wgmma_reason)."""
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
@@ -651,31 +522,6 @@ def _rule_registers(cfg, problem):
     regs = x + rows * bm + 16 * rows * c * (3 if cfg["PREFETCH"] else 1)
     if x > 64 or regs > 210:
         return f"~{regs} data registers per thread, {x} of them x (limits 210 and 64: larger builds spill)"
-    return None
-
-
-def _ws_reason(cfg):
-    """WS runs RING_W's ring (TILED words) in one decoder warpgroup beside one MMA warpgroup (num_warps=4),
-    without CHAIN; the MMA warpgroup holds ROWS * BLOCK_M / 2 accumulators (at most 64 * ROWS, and 64 fewer
-    than the registers MAXNREG leaves it);
-    shared memory holds two decoded A slots (BLOCK_N rows of 256 * CHUNKS bytes) and STAGES >= 3 ring slots
-    (x rows, words and scale bytes), the ring running STAGES - 2 steps ahead."""
-    if not (cfg.get("WGMMA") and cfg.get("RING_W") and cfg.get("TILED")):
-        return "WS splits WGMMA's RING_W ring (TILED weights) between a decoder and an MMA warpgroup"
-    if cfg["num_warps"] != 4 or cfg.get("CHAIN"):
-        return "WS has one MMA warpgroup (num_warps=4) and no CHAIN"
-    acc = cfg["ROWS"] * cfg["BLOCK_M"] // 2
-    if acc > 128:
-        return f"{acc} accumulators per thread (ROWS*BLOCK_M/2 > 128)"
-    budget = cfg.get("MAXNREG") or WS_LAUNCH_REGS  # the MMA warpgroup gets 2 * budget - WS_DECODER_REGS
-    if budget < WS_DECODER_REGS or acc > 2 * budget - WS_DECODER_REGS - 64:
-        return f"MAXNREG={budget} leaves the MMA warpgroup {2 * budget - WS_DECODER_REGS} registers for {acc} accumulators"
-    if cfg["STAGES"] < 3:
-        return f"STAGES={cfg['STAGES']}: WS's ring runs STAGES - 2 steps ahead (at least 3 slots)"
-    block_n, c = 64 * cfg["ROWS"], cfg["CHUNKS"]
-    need = 2 * block_n * 256 * c + cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + block_n * 68)
-    if need > SHARED_BYTES:
-        return f"WS's A slots and ring take {need} bytes of shared memory (at most {SHARED_BYTES})"
     return None
 
 
@@ -719,10 +565,10 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "WS": (False, True)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "WS": False},
+              "ROWS2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -322,11 +322,6 @@ def odd_layer(seed: int, tokens: int, sample_seed: int, device):
     # NIB with wgmma: shuffle_nibbles' tiled words, act padded past its columns
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 4, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 2,
      "TILED": True, "NIB": True},
-    # WS: a decoder warpgroup feeding decoded A slots to the MMA warpgroup (more slots than steps; 2-3 steps)
-    {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 3,
-     "TILED": True, "RING_W": True, "NIB": True, "WS": True},
-    {"BLOCK_M": 32, "ROWS": 1, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "WGMMA": True, "STAGES": 4,
-     "TILED": True, "RING_W": True, "WS": True},
 ])
 def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
     """moe_mma's compiled kernel splits K into unmasked full steps (optionally prefetched) and a masked tail,
@@ -352,34 +347,8 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
         p1, p2 = K.prepare_mxfp4(dw[0]), K.prepare_mxfp4(dw[2])
         assert torch.equal(y, run_moe_mma(x, r, p1, dw[1], p2, dw[3], 1.702, 7.0, **same))
     if cfg.get("TILED"):  # the same words in the same order: bit-identical to the row-major weights
-        untiled = {**cfg, "TILED": False, "RING_W": False, "NIB": False, "WS": False}
+        untiled = {**cfg, "TILED": False, "RING_W": False, "NIB": False}
         assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **untiled))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("ws", [
-    {"BLOCK_M": 128, "ROWS": 2, "STAGES": 3},
-    {"BLOCK_M": 128, "ROWS": 1, "STAGES": 4},
-    {"BLOCK_M": 64, "ROWS": 1, "STAGES": 3, "MAXNREG": 128},
-])
-def test_moe_mma_ws_is_bit_identical_to_wgmma(ws):
-    """WS multiplies the same decoded fp16 weights with the same x in the same K order as WGMMA's register
-    path, from shared memory and with larger token tiles: the same bits, at gpt-oss width with experts holding
-    several token tiles (and spare programs of the fixed grid), under uniform and skewed routing."""
-    rs = {"BLOCK_M": 64, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
-          "RING_W": True, "NIB": True}
-    dev = torch.device("cuda")
-    g = torch.Generator().manual_seed(3)
-    H, E, T = 2880, 8, 700
-    w1 = K.quantize_mxfp4(torch.randn(E, 2 * H, H, generator=g).to(dev) * 0.05)
-    w2 = K.quantize_mxfp4(torch.randn(E, H, H, generator=g).to(dev) * 0.05)
-    b1 = (torch.randn(E, 2 * H, generator=g) * 0.1).to(dev, torch.bfloat16)
-    b2 = (torch.randn(E, H, generator=g) * 0.1).to(dev, torch.bfloat16)
-    x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)
-    for logits in (torch.randn(T, E, generator=g), torch.randn(T, E, generator=g) + 4 * (torch.arange(E) == 2)):
-        r = K.route(logits.to(dev), 4)
-        y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **rs)
-        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_mma", **rs, **ws, WS=True), y)
 
 
 @pytest.mark.parametrize("cfg", [
