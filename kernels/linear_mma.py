@@ -407,11 +407,26 @@ if gluon is not None:
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
 
     @gluon.jit
-    def _g_tma_ring(xsm, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, steps, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                    STAGES: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
-        """The TMA ring of a program's weight rows (16-row groups from g0): (word slots, scale slots, mbarriers),
-        with the first STAGES - 1 steps issued (EARLY: their weights before the PDL wait, x after it)."""
+    def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
+                       STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
+        """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
+        lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
+        every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
+        32 tokens, 3 slots: 128 against 141, so 4 programs per SM instead of 3) but more instructions per step
+        (373 against 336): Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations
+        (5, sm_90 SASS).
+        Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
+        80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
+        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
+        per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
+        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
+        program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
+        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
+        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
         STEP: gl.constexpr = CHUNKS * 16
+        BLOCK_N: gl.constexpr = acc.shape[0]
+        steps = gl.cdiv(KW, STEP)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -433,31 +448,6 @@ if gluon is not None:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
                              XT)
-        return wsm, ssm, bars
-
-    @gluon.jit
-    def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
-                       STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
-        """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
-        lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
-        every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
-        32 tokens, 3 slots: 128 against 141, so 4 programs per SM instead of 3) but more instructions per step
-        (373 against 336): Triton's barrier pass puts 3 more CTA barriers per step around the mbarrier operations
-        (5, sm_90 SASS).
-        Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
-        80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
-        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
-        per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
-        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
-        program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
-        x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
-        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
-        STEP: gl.constexpr = CHUNKS * 16
-        BLOCK_N: gl.constexpr = acc.shape[0]
-        steps = gl.cdiv(KW, STEP)
-        wsm, ssm, bars = _g_tma_ring(xsm, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, steps, BLOCK_N, CHUNKS, STAGES,
-                                     EARLY, XT)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -482,75 +472,6 @@ if gluon is not None:
         for q in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(q))
         return acc
-
-    @gluon.jit
-    def _g_keep(a, off):
-        """Read a's registers here (a shared store predicated on `off`, 0 at run time but unknown to ptxas: it
-        never runs and costs an issue slot per 4 registers) so they stay allocated up to here. Placed after
-        the wait that retires the wgmma reading them as A: ptxas frees an operand's registers at the HGMMA
-        that reads it and lets later instructions overwrite them while the MMA still runs (Triton hands a
-        wait's deps to ptxas only in an asm comment; results/20261123T161917-h100-80gb-hbm3-linear-wgmma-
-        overlap)."""
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $8, 0; @p st.shared.v4.b32 [$8], {$4, $5, $6, $7}; "
-            "mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; }",
-            "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [a, gl.full(a.shape, 0, gl.int32, a.type.layout) + off],
-            dtype=gl.float16, is_pure=False, pack=8)
-
-    @gluon.jit
-    def _g_tma_half(wsm, ssm, slot, h: gl.constexpr, SMAX, LW: gl.constexpr, A_L: gl.constexpr,
-                    SW: gl.constexpr, NIB: gl.constexpr):
-        """PIPE: row tile h (64 rows) of ring slot `slot` (one chunk per step) decoded into wgmma A registers."""
-        NH: gl.constexpr = wsm.shape[1] // 2  # 16-row groups per half
-        v = wsm.index(slot).slice(h * NH, NH)._reinterpret(gl.int32, [NH * 16, 1, 4, 4], SW).load(LW)
-        s = ssm.index(slot).slice(h * NH, NH, dim=1)._reinterpret(gl.uint8, [1, NH * 16, 4], gl.SwizzledSharedLayout(
-            1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-        return gl.convert_layout(_g_decode_step(v, s, SMAX, NIB), A_L, assert_trivial=True)
-
-    @gluon.jit
-    def _g_pipe_step(c, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0, steps, SMAX,
-                     STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr):
-        """Step c of _g_wg_pipe_loop: (acc0 retired, acc1 in flight, the A registers tile 1's MMA reads)."""
-        slot = c % STAGES
-        gl.thread_barrier()
-        mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words, scales and x landed
-        a0 = _g_tma_half(wsm, ssm, slot, 0, SMAX, LW, A_L, SW, NIB)
-        acc0 = warpgroup_mma(a0, xsm.index(slot).permute((1, 0)), acc0, is_async=True)
-        acc1 = warpgroup_mma_wait(1, deps=[acc1])  # tile 1's MMA of step c - 1 retired
-        _g_keep(a1, off)
-        gl.thread_barrier()  # in every warp: slot (c - 1) % STAGES is free
-        _g_tma_issue(xsm, wsm, ssm, bars, xsm, 0, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, 16, STAGES, True)
-        a1 = _g_tma_half(wsm, ssm, slot, 1, SMAX, LW, A_L, SW, NIB)
-        acc1 = warpgroup_mma(a1, xsm.index(slot).permute((1, 0)), acc1, is_async=True)
-        acc0 = warpgroup_mma_wait(1, deps=[acc0])  # tile 0's MMA of step c retired
-        _g_keep(a0, off)
-        return acc0, acc1, a1
-
-    @gluon.jit
-    def _g_wg_pipe_loop(acc0, acc1, wdesc, sdesc, xdesc, g0, m0, xsm, KW, SMAX, STAGES: gl.constexpr,
-                        LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr,
-                        EARLY: gl.constexpr):
-        """PIPE (TMA=2, two 64-row tiles, one chunk per step): _g_wg_tma_loop with the two row tiles' wgmmas
-        taking turns, one always in flight: tile 1's decode runs under tile 0's MMA of the same step and tile
-        0's decode of the next step under tile 1's (wait(1) retires the other tile's group). The A registers
-        stay allocated to the wait that retires their MMA (_g_keep), so the build holds the same two A sets
-        as one wgmma over both tiles. A slot is refilled once every warp retired the last MMA that reads it."""
-        steps = gl.cdiv(KW, 16)
-        wsm, ssm, bars = _g_tma_ring(xsm, wdesc, sdesc, xdesc, g0, m0, xsm, 0, steps, 2 * acc0.shape[0], 1, STAGES,
-                                     EARLY, True)
-        off = (KW < 0).to(gl.int32)  # 0, unknown to ptxas
-        a1 = gl.zeros([acc0.shape[0], 128], gl.float16, A_L)
-        # step 0 on its own: the loop carries tile 1's accumulator in flight (a different type than a tensor)
-        acc0, acc1, a1 = _g_pipe_step(0, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0, steps,
-                                      SMAX, STAGES, LW, A_L, SW, NIB)
-        for c in range(1, steps):
-            acc0, acc1, a1 = _g_pipe_step(c, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0,
-                                          steps, SMAX, STAGES, LW, A_L, SW, NIB)
-        acc0, acc1 = warpgroup_mma_wait(0, deps=[acc0, acc1])
-        _g_keep(a1, off)
-        for q in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(q))
-        return acc0, acc1
 
     @gluon.jit
     def _g_scale_copy(rows, KW, LSC: gl.constexpr):
@@ -601,33 +522,23 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, PIPE: gl.constexpr = False):
+                   EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
-        weight copies. PIPE: _g_wg_pipe_loop over the two 64-row halves of the tile (the layouts are a 64-row
-        tile's)."""
+        weight copies."""
         if not EARLY:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
+        rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
+        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
+        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+        acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
+                            LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
+                            xdesc, pid_m * BLOCK_M)
+        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-        if PIPE:
-            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128], SX)
-            acc0 = gl.zeros([BLOCK_N // 2, BLOCK_M], gl.float32, MMA)
-            acc0, acc1 = _g_wg_pipe_loop(acc0, acc0, wdesc, sdesc, xdesc, pid_n * (BLOCK_N // 16), pid_m * BLOCK_M,
-                                         xsm, K // 8, SMAX, STAGES, LW, gl.DotOperandLayout(0, MMA, 2), SW, NIB, EARLY)
-            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, MMA))
-            _g_store(acc0, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
-            _g_store(acc1, xs_ptr, b_ptr, y_ptr, rn + BLOCK_N // 2, rm, M, N, stride_ym, SMAX, HAS_BIAS)
-        else:
-            rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
-            tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
-            xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
-            acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES,
-                                RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA,
-                                EARLY, xdesc, pid_m * BLOCK_M)
-            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-            _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
 
 def _log2(v: int) -> int:
@@ -678,8 +589,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
-    if cfg.get("PIPE") and (cfg.get("TMA") != 2 or rows != 2 or c != 1 or cfg["num_warps"] != 4):
-        return "PIPE alternates the two 64-row tiles of one warpgroup on TMA=2's ring (ROWS=2, CHUNKS=1, 4 warps)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -760,7 +669,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, PIPE=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -772,9 +681,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. PIPE (TMA=2,
-    ROWS=2, CHUNKS=1, 4 warps): the program's two 64-row tiles take turns on the tensor cores, one wgmma always
-    in flight (_g_wg_pipe_loop)."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -791,17 +698,15 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if INTERPRETED or gluon is None:
         _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
     elif WGMMA:
-        tile_rows = 1 if PIPE else ROWS  # PIPE's layouts are a 64-row half's
-        LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, tile_rows, CHUNKS, num_warps)
-        SW, SS, LSC = wg_ring_layouts(BLOCK_M, tile_rows, CHUNKS, num_warps)
+        LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
+        SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, PIPE=PIPE, num_warps=num_warps, **reg_cap(MAXNREG),
-                               **pdl_launch(inner=True))
+                               EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,
