@@ -374,27 +374,16 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, tail=False):
-        """TMA: step c's weight words and scale bytes (16-row groups from g0) as tensor-memory-accelerator copies
-        into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none past the
-        last step); the barrier expects XBYTES more (x's box, TMA=2). Words viewed by halves (HALVES,
-        tma_descriptors): two boxes; on the last step, where `tail` says the K tail fits the first half, the
-        second box reads the first half again (just fetched, so from L2) instead of tile_mxfp4's zero padding:
-        finite words against x's zero padding. (A byte count of its own for that step costs a second expect.)"""
+                       XBYTES: gl.constexpr = 0):
+        """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
+        copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
+        past the last step); the barrier expects XBYTES more (x's box, TMA=2)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
-        NG: gl.constexpr = wsm.shape[1] // 2 if wdesc.layout.rank == 5 else wsm.shape[1]  # 16-row groups
-        mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
-        if wdesc.layout.rank == 5:
-            second = 1 - ((c == steps - 1) & tail).to(gl.int32)  # on a padding half: the first half again (L2)
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0, 0, 0], bar, wsm.index(slot).slice(0, NG),
-                                            pred=live)
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0, second, 0], bar,
-                                            wsm.index(slot).slice(NG, NG), pred=live)
-        else:
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
+        tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
 
     @gluon.jit
@@ -407,14 +396,14 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, XT: gl.constexpr, tail=False):
+                     STAGES: gl.constexpr, XT: gl.constexpr):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, tail)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16)
             _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
         else:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, tail)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
 
     @gluon.jit
@@ -438,11 +427,7 @@ if gluon is not None:
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
-        if wdesc.layout.rank == 5:  # HALVES: [groups of half 0, groups of half 1] per slot
-            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 8, CHUNKS, 16, 1, 8], wdesc.layout)
-        else:
-            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
-        tail = (KW % 16 > 0) & (KW % 16 <= 8) & (CHUNKS == 1)  # the last chunk's words all in its first half
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
@@ -452,7 +437,7 @@ if gluon is not None:
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, tail)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
@@ -462,7 +447,7 @@ if gluon is not None:
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, tail)
+                             XT)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -477,7 +462,7 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, tail)
+                         STAGES, XT)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
@@ -604,8 +589,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
-    if cfg.get("HALVES") and not cfg.get("TMA"):
-        return "HALVES splits TMA's word boxes (it needs TMA)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -669,39 +652,24 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-@functools.cache
-def tma_half_layout(ROWS: int, CHUNKS: int, num_warps: int):
-    """HALVES' word slot: the boxes of each row's words 0-7 (blocks 0, 1 of a chunk), then of words 8-15, each
-    [16-row groups, chunks, 16 rows, 8 words]; indexed [BLOCK_N, CHUNKS, 4 (t), 4 (i)] as the loads read it
-    (lane t's block t is in half t // 2)."""
-    BLOCK_N = 16 * ROWS * num_warps
-    return gl.SharedLinearLayout([[0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 1, 0]] + [[1 << j, 0, 0, 0] for j in range(4)]
-                                 + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
-                                 + [[16 << j, 0, 0, 0] for j in range(_log2(BLOCK_N // 16))] + [[0, 0, 2, 0]])
-
-
-def tma_descriptors(p, NG: int, CHUNKS: int, halves: bool = False):
+def tma_descriptors(p, NG: int, CHUNKS: int):
     """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
     words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
     (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. Made once per box shape
     and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
-    if (NG, CHUNKS, halves) not in cache:
+    if (NG, CHUNKS) not in cache:
         G, KC = p.words.shape[-4], p.words.shape[-3]
-        words = (TensorDescriptor(p.words, [G, KC, 16, 2, 8], [KC * 256, 256, 16, 8, 1], [NG, CHUNKS, 16, 1, 8],
-                                  gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=5))
-                 if halves else
-                 TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
-                                  gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)))
-        cache[NG, CHUNKS, halves] = (
-            words,
+        cache[NG, CHUNKS] = (
+            TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
             TensorDescriptor(p.scales, [KC, G, 64], [64, KC * 64, 1], [CHUNKS, NG, 64],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
-    return cache[NG, CHUNKS, halves]
+    return cache[NG, CHUNKS]
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, HALVES=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -713,9 +681,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. HALVES (with TMA):
-    each step's words as two boxes of half rows (words 0-7 and 8-15 of each row's chunk), so a last chunk half
-    made of tile_mxfp4's zero padding (K % 128 = 32 or 64) is not read."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -734,9 +700,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS, HALVES) if TMA else (None, None)
-        if HALVES:
-            SW = tma_half_layout(ROWS, CHUNKS, num_warps)
+        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None

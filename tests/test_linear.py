@@ -345,8 +345,7 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
     """TMA copies the same words and scale bytes into the same ring slots as RING_W's cp.async copies (a box
     per step; groups past the weight read as zeros): bit-identical, under a CUDA graph too (the descriptors
     are kernel parameters, made once per weight; there with EARLY, the first copies before the PDL wait);
-    TMA=2 copies x's rows by TMA too (rows past M read as zeros). HALVES copies the words by half rows; on a
-    last step whose second half is padding it copies the first half twice (finite words against x's zeros).
+    TMA=2 copies x's rows by TMA too (rows past M read as zeros).
     Only compiled kernels have it (the interpreter's twin ignores it), hence GPU only."""
     x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
@@ -357,17 +356,13 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, **cfg), y), cfg
-        for tma in (True, 2):  # HALVES: word boxes by half rows; a padding half (K % 128 = 32 here) read as a copy
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, HALVES=True, **cfg), y), cfg
         for tma in (True, 2):
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, EARLY=True, **cfg)
-                yh = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, EARLY=True, HALVES=True, **cfg)
             g.replay()
             torch.cuda.synchronize()
             assert torch.equal(yg, y), (cfg, tma)
-            assert torch.equal(yh, y), (cfg, tma)
 
 
 @pytest.mark.gpu
@@ -403,7 +398,7 @@ def test_gemv_h2g_early_rule():
 
 
 def test_gemv_mma_tma_rule():
-    """TMA fills RING_W's ring: refused without it and off wgmma; EARLY and HALVES need TMA."""
+    """TMA fills RING_W's ring: refused without it and off wgmma; EARLY needs TMA."""
     v = LINEAR["gemv_mma"]
     prob = {"m": 16, "n": 256, "k": 512}
     ring = {**v.defaults, "TILED": True, "WGMMA": True, "RING_W": True, "STAGES": 3}
@@ -412,9 +407,6 @@ def test_gemv_mma_tma_rule():
     assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
     assert "TMA" in v.reason({**ring, "EARLY": True}, prob)
     assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
-    assert v.reason({**ring, "TMA": 2, "HALVES": True}, prob) is None
-    assert "TMA" in v.reason({**ring, "HALVES": True}, prob)
-    assert "WGMMA" in v.reason({**v.defaults, "HALVES": True}, prob)
 
 
 @pytest.mark.gpu
