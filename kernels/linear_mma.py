@@ -493,12 +493,10 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, SPLIT: gl.constexpr = 1, ks=0):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop). SPLIT (RING_W only): the K steps cut in SPLIT slices of
-        whole steps, this program's partial sums over slice ks (the words, scales and x from its first step,
-        K clipped to its last)."""
+        _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
@@ -511,16 +509,7 @@ if gluon is not None:
                 wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC)
-                KW = K // 8
-                if SPLIT > 1:
-                    STEP: gl.constexpr = CHUNKS * 16
-                    per = gl.cdiv(gl.cdiv(KW, STEP), SPLIT)
-                    c0 = ks * per
-                    w_ptr += c0 * (STEP * 16)  # tile_mxfp4: a step is 16 rows' chunks
-                    s_ptr += c0 * (CHUNKS * 64)
-                    x_ptr += c0 * (STEP * 8)
-                    KW = gl.minimum(KW - c0 * STEP, per * STEP)  # masks the words, scales and steps past the slice
-                acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW,
+                acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
                                       K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,

@@ -88,14 +88,13 @@ def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc_a, acc_b, j, J0, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr, KS=0):
+              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
     """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
     act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
-    weight at y[rm, j] in y's dtype (SPLIT2: K slice KS's partial sum, b2 in slice 0's only). In logical order
-    the columns past N / 2 are spread over the last 128-chunks of a row of OUTW (whole K steps): the program
-    holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2 reads them); J0, the program's first
-    column, bounds that loop, so programs whose columns reach no padding column skip it (it was 4% of the 20b
-    mlp1's executed instructions at 8192 tokens)."""
+    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunks of a
+    row of OUTW (whole K steps): the program holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2
+    reads them); J0, the program's first column, bounds that loop, so programs whose columns reach no padding
+    column skip it (it was 4% of the 20b mlp1's executed instructions at 8192 tokens)."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
     wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
@@ -119,32 +118,27 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_p
             tl.store(row + word_major_pos(j)[:, None], a.to(tl.float16),
                      mask=mmask[None, :] & (j < half)[:, None])
     else:
-        bias = tl.where(KS == 0, tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32), 0.0)
-        y = acc_a * (wscale / act_scale) + bias[:, None]
+        y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
-        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None],
-                 (y * gate[None, :]).to(out_ptr.dtype.element_ty), mask=mmask[None, :] & (j < N)[:, None])
+        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * gate[None, :]).to(tl.bfloat16),
+                 mask=mmask[None, :] & (j < N)[:, None])
 
 
 @triton.jit
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
-                  SPLIT: tl.constexpr = 1, YSPLIT=0):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
-    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
-    SPLIT: grid dim 1 is (N tile, K slice), slice ks of the K steps summed into y + ks * YSPLIT)."""
+    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel)."""
     tile = tl.program_id(0)
-    pid_n = tl.program_id(1) // SPLIT
-    ks = tl.program_id(1) % SPLIT
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
         if CHAIN and PHASE == 2:
             wait_count(chain_ptr + tile, NEED)
         KW = K // 8
         KB = K // 32
-        j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         ra, rb = _rows(j, N, PHASE, TILED)
         cc = tl.arange(0, CHUNKS)
         t = tl.arange(0, 4)
@@ -163,8 +157,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
         acc_a = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         acc_b = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         STEP: tl.constexpr = CHUNKS * 16  # weight words per row and step
-        per = tl.cdiv(tl.cdiv(KW, STEP), SPLIT)  # K steps per slice
-        for c in range(ks * per, tl.minimum(ks * per + per, tl.cdiv(KW, STEP))):
+        for c in range(0, tl.cdiv(KW, STEP)):
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
             if LOGICAL:  # as the compiled WGMMA kernel: whole steps copied unmasked (rows padded to them)
@@ -179,9 +172,8 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 vb = tl.load(w_e + wb + c * WSTEP, mask=wm, other=0)
                 svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
-        _epilogue(acc_a, acc_b, j, pid_n * BLOCK_N, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                  out_ptr + ks.to(tl.int64) * YSPLIT, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, LOGICAL,
-                  ks)
+        _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
+                  out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
         if CHAIN:
             _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
 
@@ -384,7 +376,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, SPLIT: gl.constexpr = 1, YSPLIT=0):
+                       CHAIN: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -393,9 +385,7 @@ if gluon is not None:
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave.
-        SPLIT (mlp2, RING_W): grid dim 0 is (N tile, K slice); slice ks runs its share of the K steps and stores
-        its partial sums at y + ks * YSPLIT (shorter programs: the launch's last wave ends sooner)."""
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -407,32 +397,29 @@ if gluon is not None:
                 _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-            pid_n = gl.program_id(0) // SPLIT
-            ks = gl.program_id(0) % SPLIT
-            ra, rb = _g_rows(pid_n * COLS + r % COLS, N, PHASE, TILED)
+            ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, None, None, 0, False, SPLIT=SPLIT, ks=ks)
+                                SW, SS, LSC, NIB, None, None, 0, False)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
                 LP: gl.constexpr = gl.SliceLayout(2, EPI)
                 acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
                 acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-                j = pid_n * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
                 acc_a = gl.convert_layout(acc, EPI)
                 acc_b = acc_a
-                j = pid_n * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
+                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
                 rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
-            _g_epilogue(acc_a, acc_b, j, pid_n * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                        out_ptr + ks.to(gl.int64) * YSPLIT, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE,
-                        True, ks)
+            _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
+                        out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
@@ -445,11 +432,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
-    split = cfg.get("SPLIT2", 1) if phase == 2 else 1
-    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
-    if split > 1:
-        chained.update(SPLIT=split, YSPLIT=out.numel() // split)
     if compiled_wg:
         grid = grid[::-1]
     if cfg["TILED"]:
@@ -489,7 +473,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, SPLIT2=1):
+                NIB=False, CHAIN=False, ROWS2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -505,26 +489,23 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). SPLIT2 (WGMMA with RING_W): mlp2's K
-    steps cut in SPLIT2 slices, each (token tile, row tile, slice) a program of its own storing fp32 partial
-    rows, which the combine sums (MoESlots.splits): shorter programs, so the layer's last wave ends sooner.
-    x16 (plane-major) is not used."""
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
     step = 128 * CHUNKS  # WGMMA copies whole steps of x unmasked: rows padded to them, zeros past K
     act = torch.empty((S, -(-I // step) * step if WGMMA else I), device=x.device, dtype=torch.float16)
-    y = torch.empty((SPLIT2 * S, H), device=x.device, dtype=torch.float32 if SPLIT2 > 1 else torch.bfloat16)
+    y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, SPLIT2=SPLIT2)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
-    slots = MoESlots(y, r.inverse, r.top_k, SPLIT2)
+    slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
 
@@ -568,13 +549,6 @@ def _rule_ring(cfg, problem):
     return None
 
 
-def _rule_split2(cfg, problem):
-    """SPLIT2 is built into the WGMMA kernel's RING_W loop only."""
-    if cfg.get("SPLIT2", 1) > 1 and not (cfg.get("WGMMA") and cfg.get("RING_W")):
-        return f"SPLIT2={cfg['SPLIT2']} applies only with WGMMA and RING_W"
-    return None
-
-
 def _rule_rows2(cfg, problem):
     """ROWS2 builds mlp2 with ROWS = ROWS2: that build is held to the register and ring rules too; ROWS2 equal
     to ROWS would repeat the config without it."""
@@ -591,12 +565,12 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "SPLIT2": (1, 2, 3, 4)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "SPLIT2": 1},
+              "ROWS2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
-           _rule_split2, rule_scale_span),
+           rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "

@@ -26,12 +26,11 @@ from .moe import MoESlots
 
 @triton.jit
 def _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr, GATHER: tl.constexpr,
-                BLOCK_H: tl.constexpr, SETTLED: tl.constexpr, GATHER_P2: tl.constexpr = 1,
-                SPLITS: tl.constexpr = 1, SPLIT_ROWS=0):
+                BLOCK_H: tl.constexpr, SETTLED: tl.constexpr, GATHER_P2: tl.constexpr = 1):
     """(rh, mask, s, y): the whole row in one load round (latency, not bandwidth, is what a decode norm costs):
     s = x (+ r, rounded to bf16 like torch's x + r) as fp32, y = RMSNorm(s) * scale as bf16. GATHER = k > 0:
     r is a MoESlots' rows, and this row's r is the fp32 sum of rows inv[row*k + j], j < k, rounded to bf16
-    (what MoESlots.combine stores; each of them the sum of SPLITS partial rows SPLIT_ROWS apart).
+    (what MoESlots.combine stores).
 
     Waits for the previous kernel (pdl_enter) after loading the scale (a weight), and with SETTLED after x
     and the slots' inverse map too (the caller guarantees they were written at least two launches back)."""
@@ -51,8 +50,7 @@ def _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr
             m = tl.zeros((BLOCK_H,), tl.float32)
             for j in tl.static_range(GATHER):
                 pos = tl.sum(tl.where(rj == j, pj, 0), axis=0)
-                for q in tl.static_range(SPLITS):
-                    m += tl.load(r_ptr + (pos + q * SPLIT_ROWS) * H + rh, mask=hm, other=0.0).to(tl.float32)
+                m += tl.load(r_ptr + pos * H + rh, mask=hm, other=0.0).to(tl.float32)
             r = m.to(tl.bfloat16)
         else:
             r = tl.load(r_ptr + row * H + rh, mask=hm, other=0.0)
@@ -64,11 +62,10 @@ def _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES: tl.constexpr
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES: tl.constexpr,
-                     GATHER: tl.constexpr, GATHER_P2: tl.constexpr, BLOCK_H: tl.constexpr, SETTLED: tl.constexpr,
-                     SPLITS: tl.constexpr = 1, SPLIT_ROWS=0):
+                     GATHER: tl.constexpr, GATHER_P2: tl.constexpr, BLOCK_H: tl.constexpr, SETTLED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     rh, hm, s, y = _summed_row(x_ptr, r_ptr, inv_ptr, w_ptr, row, H, eps, HAS_RES, GATHER, BLOCK_H, SETTLED,
-                               GATHER_P2, SPLITS, SPLIT_ROWS)
+                               GATHER_P2)
     if HAS_RES:
         tl.store(s_ptr + row * H + rh, s.to(tl.bfloat16), mask=hm)
     tl.store(y_ptr + row * H + rh, y, mask=hm)
@@ -146,8 +143,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scal
         _rms_norm_kernel[(rows,)](x, r, slots.inverse if slots is not None else r, scale, s, y, H, float(eps),
                                   HAS_RES=residual is not None, GATHER=slots.top_k if slots is not None else 0,
                                   GATHER_P2=triton.next_power_of_2(slots.top_k) if slots is not None else 1,
-                                  SPLITS=slots.splits if slots is not None else 1,
-                                  SPLIT_ROWS=slots.inverse.numel() if slots is not None else 0,
                                   SETTLED=settled, **_row_launch(H), **pdl_launch())
     return s, y
 

@@ -474,36 +474,6 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     assert "shared memory" in v.reason({**ring, "ROWS2": 2}, problem)  # mlp2's 128-row slots: 240 KiB
 
 
-@pytest.mark.parametrize("tokens", [5, 21])
-def test_moe_mma_split_mlp2_sums_its_k_slices(tokens, device):
-    """SPLIT2 cuts mlp2's K steps into slices whose fp32 partial rows the combine sums (b2 in the first slice
-    only): the layer within rounding of the unsplit one, with and without CHAIN (mlp2's programs per token tile
-    then count every slice), with a slice left without steps (I=160 is two steps of 128), and the same numbers
-    from the next norm's gather as from the combine; refused outside the WGMMA RING_W kernel."""
-    from kernels.sync import SCRATCH
-
-    cfg = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "RING_W": True, "NIB": True}
-    dw, x, r, ref = odd_layer(11, tokens, 2, device)
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-    for extra in ({"SPLIT2": 2}, {"SPLIT2": 3}, {"SPLIT2": 2, "CHAIN": True, "ROWS2": 2}):
-        ys = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
-        assert rel_err(ys, ref) < TOL, extra
-        assert rel_err(ys, y.float().cpu()) < 2 ** -7, extra  # one bf16 rounding apart
-        counters = [c for k, c in SCRATCH.items() if "moe_mma_chain" in k]
-        assert all(int(c.abs().sum()) == 0 for c in counters), extra
-    slots = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, SPLIT2=2, combine=False)
-    assert slots.splits == 2 and slots.rows.dtype == torch.float32 and slots.shape == tuple(x.shape)
-    assert torch.equal(slots.combine(), K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, SPLIT2=2))
-    stream = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).to(device)
-    scale = torch.ones(x.shape[1], device=device)
-    assert all(torch.equal(a, b) for a, b in zip(K.add_rms_norm(stream, slots, scale, 1e-5),
-                                                 K.add_rms_norm(stream, slots.combine(), scale, 1e-5)))
-    v = K.VARIANTS["moe_mma"]
-    assert v.reason({**v.defaults, **cfg, "SPLIT2": 2}, {}) is None
-    assert "RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "SPLIT2": 2}, {})
-
-
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
