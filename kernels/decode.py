@@ -140,9 +140,13 @@ def decode_bf16(v, s):
 
 @triton.jit
 def tc_dot(a, b, acc):
-    """tl.dot on tensor cores; Triton 3.9's interpreter mis-multiplies bf16, so it gets fp32 copies there."""
+    """tl.dot on tensor cores. The interpreter gets fp64 copies (Triton 3.9's mis-multiplies bf16) and adds the
+    step's dot rounded to fp32: numpy's fp32 matmul sums in an order that depends on its operands' memory
+    layout (numpy 2.4.6 with OpenBLAS 0.3.31: the same K order gave other bits for a transposed view), while
+    these fp16-exact products sum exactly in fp64 at the tests' exponent ranges, so the twins that feed one
+    step's operands in different layouts stay bit-identical."""
     if INTERP:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+        return acc + tl.dot(a.to(tl.float64), b.to(tl.float64), out_dtype=tl.float64).to(tl.float32)
     else:
         return tl.dot(a, b, acc)
 
