@@ -142,9 +142,9 @@ def decode_bf16(v, s):
 def tc_dot(a, b, acc):
     """tl.dot on tensor cores. The interpreter gets fp64 copies (Triton 3.9's mis-multiplies bf16) and adds the
     step's dot rounded to fp32: numpy's fp32 matmul sums in an order that depends on its operands' memory
-    layout (numpy 2.4.6 with OpenBLAS 0.3.31: the same K order gave other bits for a transposed view), while
-    these fp16-exact products sum exactly in fp64 at the tests' exponent ranges, so the twins that feed one
-    step's operands in different layouts stay bit-identical."""
+    layout (numpy 2.4.6 with OpenBLAS 0.3.31: the same values in the same K order gave other bits until the
+    operands were made contiguous), while these fp16-exact products sum exactly in fp64 at the tests' exponent
+    ranges, so the twins that feed one step's operands in different layouts stay bit-identical."""
     if INTERP:
         return acc + tl.dot(a.to(tl.float64), b.to(tl.float64), out_dtype=tl.float64).to(tl.float32)
     else:
