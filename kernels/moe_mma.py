@@ -87,23 +87,46 @@ def _rows(j, N, PHASE: tl.constexpr, TILED: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(acc_a, acc_b, j, J0, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr, out_ptr, N, OUTW, TOPK, alpha,
-              limit, act_scale, SMAX, PHASE: tl.constexpr, LOGICAL: tl.constexpr):
-    """acc [columns j, sorted positions rm] -> mlp1: SwiGLU(gate acc_a, linear acc_b) * act_scale as fp16 at
-    act[rm, word-major (LOGICAL: logical K order) position of j] (row width OUTW); mlp2: (acc_a + b2) * gate
-    weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread over the last 128-chunks of a
-    row of OUTW (whole K steps): the program holding column j zeroes padding columns N / 2 * (q + 1) + j (mlp2
-    reads them); J0, the program's first column, bounds that loop, so programs whose columns reach no padding
-    column skip it (it was 4% of the 20b mlp1's executed instructions at 8192 tokens)."""
+def _epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE: tl.constexpr):
+    """The epilogue's per-token factor [1, BLOCK_M] of sorted positions rm: mlp1 the token's x scale times the
+    weights' 2^(SMAX - 128), mlp2 the gate weight. Two dependent loads that need neither mlp1 nor the K loop,
+    so EPI_EARLY issues them before both."""
     mmask = rm < end
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
-    wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+    if PHASE == 1:
+        wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+        return (tl.load(xs_ptr + slots // TOPK) * wscale)[None, :]
+    else:
+        return tl.load(gate_ptr + slots, mask=mmask, other=0.0)[None, :]
+
+
+@triton.jit
+def _epi_bias(j, e, b_ptr, N, PHASE: tl.constexpr):
+    """The epilogue's bias rows [BLOCK_N, 1] of columns j, for acc_a and acc_b: mlp1 gate and linear, mlp2 b2
+    (twice)."""
+    if PHASE == 1:
+        jc = tl.minimum(j, N // 2 - 1)
+        return tl.load(b_ptr + e * N + 2 * jc)[:, None], tl.load(b_ptr + e * N + 2 * jc + 1)[:, None]
+    else:
+        bias = tl.load(b_ptr + e * N + tl.minimum(j, N - 1))[:, None]
+        return bias, bias
+
+
+@triton.jit
+def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale, SMAX,
+              PHASE: tl.constexpr, LOGICAL: tl.constexpr):
+    """acc [columns j, sorted positions rm] with _epi_token's tok and _epi_bias' rows -> mlp1: SwiGLU(gate acc_a,
+    linear acc_b) * act_scale as fp16 at act[rm, word-major (LOGICAL: logical K order) position of j] (row width
+    OUTW); mlp2: (acc_a + b2) * gate weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread
+    over the last 128-chunks of a row of OUTW (whole K steps): the program holding column j zeroes padding
+    columns N / 2 * (q + 1) + j (mlp2 reads them); J0, the program's first column, bounds that loop, so programs
+    whose columns reach no padding column skip it (it was 4% of the 20b mlp1's executed instructions at 8192
+    tokens)."""
+    mmask = rm < end
     if PHASE == 1:
         half = N // 2
-        jc = tl.minimum(j, half - 1)
-        sc = (tl.load(xs_ptr + slots // TOPK) * wscale)[None, :]
-        g = acc_a * sc + tl.load(b_ptr + e * N + 2 * jc).to(tl.float32)[:, None]
-        lin = acc_b * sc + tl.load(b_ptr + e * N + 2 * jc + 1).to(tl.float32)[:, None]
+        g = acc_a * tok + bias_a.to(tl.float32)
+        lin = acc_b * tok + bias_b.to(tl.float32)
         a = swiglu(g, lin, alpha, limit, act_scale)  # scaled for fp16
         row = out_ptr + rm[None, :].to(tl.int64) * OUTW
         if LOGICAL:
@@ -118,9 +141,9 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_p
             tl.store(row + word_major_pos(j)[:, None], a.to(tl.float16),
                      mask=mmask[None, :] & (j < half)[:, None])
     else:
-        y = acc_a * (wscale / act_scale) + tl.load(b_ptr + e * N + tl.minimum(j, N - 1)).to(tl.float32)[:, None]
-        gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
-        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * gate[None, :]).to(tl.bfloat16),
+        wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
+        y = acc_a * (wscale / act_scale) + bias_a.to(tl.float32)
+        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * tok).to(tl.bfloat16),
                  mask=mmask[None, :] & (j < N)[:, None])
 
 
@@ -172,8 +195,10 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 vb = tl.load(w_e + wb + c * WSTEP, mask=wm, other=0)
                 svb = tl.load(s_e + sb + c * SSTEP, mask=sm, other=0)
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
-        _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                  out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
+        tok = _epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        bias_a, bias_b = _epi_bias(j, e, b_ptr, N, PHASE)
+        _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                  alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
         if CHAIN:
             _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
 
@@ -193,6 +218,8 @@ if gluon is not None:
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
+    _g_epi_token = gluon.jit(_epi_token.fn)
+    _g_epi_bias = gluon.jit(_epi_bias.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
     _g_wait_count = gluon.jit(wait_count.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
@@ -291,8 +318,10 @@ if gluon is not None:
                     acc_b = _g_step(acc_b, vb, svb, xq, SMAX, A_L, B_L, NIB)
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-            _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                        out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, False)
+            tok = _g_epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            bias_a, bias_b = _g_epi_bias(j, e, b_ptr, N, PHASE)
+            _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                        alpha, limit, act_scale, SMAX, PHASE, False)
 
 
     @gluon.jit
@@ -366,8 +395,10 @@ if gluon is not None:
             async_copy.wait_group(0)
             j = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-            _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                        out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, False)
+            tok = _g_epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            bias_a, bias_b = _g_epi_bias(j, e, b_ptr, N, PHASE)
+            _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                        alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
@@ -376,7 +407,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr):
+                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -385,7 +416,9 @@ if gluon is not None:
         token tiles): the programs running together share one x tile and one expert's weights, which stay in
         L2 (token tiles first, 120b's 8192-token mlp1 read 6x its weights from DRAM and was L2-bound).
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
-        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave."""
+        waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. EPI_EARLY: the
+        epilogue's per-token loads (_epi_token; 2: its bias loads too) before the CHAIN wait and the K loop, not
+        after them."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -393,10 +426,17 @@ if gluon is not None:
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
+            COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
+            LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
+            if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
+                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+                if EPI_EARLY == 2:
+                    je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                    bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-            COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
@@ -408,18 +448,22 @@ if gluon is not None:
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
-                LP: gl.constexpr = gl.SliceLayout(2, EPI)
                 acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
                 acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
                 acc_a = gl.convert_layout(acc, EPI)
                 acc_b = acc_a
-                j = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, EPI))
-                rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, EPI))
-            _g_epilogue(acc_a, acc_b, j, gl.program_id(0) * COLS, rm, end, e, xs_ptr, sorted_ptr, b_ptr, gate_ptr,
-                        out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, True)
+            if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
+                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            if EPI_EARLY != 2:
+                je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
+            if not EPI_EARLY and PHASE == 2:
+                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                        alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
@@ -457,7 +501,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
-                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw, **chained, **extra)
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
+                             EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), **chained, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -473,7 +518,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -489,7 +534,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). x16 (plane-major) is not used."""
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
+    issued before the K loop (1: token scales or gate weights, 2: biases too). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -499,7 +545,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -528,10 +574,12 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only."""
+    built into the WGMMA kernel only, as is EPI_EARLY."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
+    if cfg.get("EPI_EARLY") and not cfg.get("WGMMA"):
+        return "EPI_EARLY applies only with WGMMA"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -565,10 +613,10 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None},
+              "ROWS2": None, "EPI_EARLY": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

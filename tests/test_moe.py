@@ -474,6 +474,24 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     assert "shared memory" in v.reason({**ring, "ROWS2": 2}, problem)  # mlp2's 128-row slots: 240 KiB
 
 
+@pytest.mark.parametrize("tokens", [5, 70])
+def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
+    """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
+    in the compiled WGMMA kernel: the same values meet the same accumulators, so the bits do not change, with
+    and without CHAIN and ROWS2; without WGMMA the option is refused (it would repeat a config)."""
+    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
+           "RING_W": True, "NIB": True}
+    dw, x, r, ref = odd_layer(11, tokens, 4, device)
+    for extra in ({}, {"CHAIN": True, "ROWS2": 1}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        for early in (1, 2):
+            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, EPI_EARLY=early), y), early
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "EPI_EARLY": 2}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "EPI_EARLY": 1}, problem)
+
+
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
