@@ -95,19 +95,15 @@ def word_major_pos(i):
 
 @triton.jit
 def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
-              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0,
-              bias=None, gate=None):
+              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0):
     """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
 
     PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2;
              ACT16: stored as fp16 times act_scale in x_to_f16's order (for moe_h2/moe_h2g): word-major, or
              plane-major with PLANE words per plane when PLANE > 0.
     PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn].
-    bias, gate: those rows and weights when loaded already (moe_h2g's EPI_EARLY), else loaded here.
     """
-    if bias is None:
-        bias = tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0)
-    acc += bias.to(tl.float32)[None, :]
+    acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if PHASE == 1:
         g, lin = tl.split(tl.reshape(acc, (acc.shape[0], BLOCK_N // 2, 2)))
         if ACT16:
@@ -131,8 +127,7 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
         else:
             tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16), mask=amask)
     else:
-        if gate is None:
-            gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
+        gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], (acc * gate[:, None]).to(tl.bfloat16),
                  mask=mmask[:, None] & nmask[None, :])
 
@@ -232,8 +227,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                    NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EPI_EARLY: tl.constexpr = False):
+                    NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -264,7 +258,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
             wait_count(chain_ptr + i, NEED)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EPI_EARLY=EPI_EARLY)
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
@@ -277,15 +271,13 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
-             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
-             EPI_EARLY: tl.constexpr = False):
+             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
-    BLOCK_K = 2048, the whole row tile at once). EPI_EARLY: the epilogue's loads (bias rows, the token scales
-    of mlp1 or the gate weights of mlp2) issued before the K loop, so their latency is not the program's last."""
+    BLOCK_K = 2048, the whole row tile at once)."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -303,12 +295,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     SSTEP: tl.constexpr = G * (16 if TILED else 1)
     slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
     last = tl.load(offs_ptr + e + 1) - 1
-    if EPI_EARLY:
-        bias = tl.load(b_ptr + e * N + rn, mask=rn < N, other=0.0)
-        if PHASE == 1:
-            xs = tl.load(xs_ptr + src)
-        else:
-            gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
@@ -329,21 +315,12 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
                          BLOCK_M, G, True, NIB)
     if PHASE == 1:
-        if not EPI_EARLY:
-            xs = tl.load(xs_ptr + src)
+        xs = tl.load(xs_ptr + src)
     else:
         xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
     out = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
-    if EPI_EARLY:
-        if PHASE == 1:
-            _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE,
-                      BLOCK_N, True, act_scale, OUT_PLANE, bias)
-        else:
-            _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE,
-                      BLOCK_N, False, act_scale, OUT_PLANE, bias, gate)
-    else:
-        _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
-                  PHASE == 1, act_scale, OUT_PLANE)
+    _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
+              PHASE == 1, act_scale, OUT_PLANE)
 
 
 @triton.jit
@@ -576,7 +553,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                           STAGES=cfg.get("num_stages", 1), TILED=p.tiled, DEINT=p.deinterleaved,
                           PREFETCH=cfg.get("PREFETCH", False), NIB=p.shuffled, num_warps=cfg["num_warps"],
-                          EPI_EARLY=cfg.get("EPI_EARLY", False), **extra, **pdl_launch(inner))
+                          **extra, **pdl_launch(inner))
     return grid[0] if chain is not None else grid[1]
 
 
@@ -718,10 +695,9 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EPI_EARLY": (False, True)},
+           "MAXNREG": (None, 48, 56, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EPI_EARLY": False},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -732,8 +708,7 @@ register(Variant(
                 "(decode in 9 instructions per word instead of 15); CHAIN: mlp2 starts during mlp1's last wave, each "
                 "program once its own position's act row is stored (device counters, as moe_mma's CHAIN); MAXNREG: "
                 "mlp1's registers per thread capped (more programs per SM, as gemv_h2g's; mlp2's builds are small, "
-                "and a cap lets ptxas take more); EPI_EARLY: the epilogue's bias, token-scale and gate loads "
-                "before the K loop",
+                "and a cap lets ptxas take more)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

@@ -452,17 +452,6 @@ def test_moe_h2g_maxnreg_is_bit_identical(tokens):
         assert rel_err(y, ref) < TOL
 
 
-def test_moe_h2g_early_epilogue_loads_are_bit_identical(device):
-    """moe_h2g's EPI_EARLY loads the bias rows and token scales (mlp1) or gate weights (mlp2) before the K loop:
-    the same values, so the same bits, with and without CHAIN and mlp2's own row tile."""
-    dw, x, r, ref = odd_layer(17, 6, 3, device)
-    for extra in ({}, {"CHAIN": True, "BLOCK_N2": 8}):
-        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, **extra}
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EPI_EARLY=True, **cfg), y), extra
-        assert rel_err(y, ref) < TOL
-
-
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
