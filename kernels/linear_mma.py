@@ -261,10 +261,20 @@ if gluon is not None:
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
     @gluon.jit
+    def x_rows(base, real):
+        """A program's x row offsets for the ring copies (_g_x_issue, _g_ring_issue): rows that hold no token
+        (past M; past an expert's last position) get -2^30, which the copies test (offsets >= 0) and fill with
+        zeros without reading, so an 8-row tile of one token reads one row, not eight copies of it from L2.
+        Their outputs are never stored. Keeps the divisibility of base (the sentinel is a multiple of 2^30)."""
+        return gl.where(real, base, -(1 << 30))
+
+    @gluon.jit
     def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
-        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot c % STAGES
-        and commit it as one group (past the last step: an empty group, so the waits stay uniform)."""
-        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy; rows at negative offsets,
+        x_rows, zero-filled) into ring slot c % STAGES and commit it as one group (past the last step: an empty
+        group, so the waits stay uniform)."""
+        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8),
+                                               mask=(xofs >= 0) & (c < steps))
         async_copy.commit_group()
 
     @gluon.jit
@@ -333,7 +343,8 @@ if gluon is not None:
                                                    s_ptr + scofs + (c * CHUNKS + q) * 64,
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
-        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8), mask=c < steps)
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
+                                               mask=(xofs >= 0) & (c < steps))
         async_copy.commit_group()
 
     @gluon.jit
@@ -531,8 +542,9 @@ if gluon is not None:
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
-        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
-        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+        tok = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+        xofs = (x_rows(tok * KP, tok < M)[:, None]
+                + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
                             xdesc, pid_m * BLOCK_M)

@@ -58,6 +58,7 @@ if gluon is not None:
         ring_layouts,
         row_layout,
         wg_ring_layouts,
+        x_rows,
     )
 
 
@@ -440,7 +441,7 @@ if gluon is not None:
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-            xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
+            xofs = (x_rows(gl.multiple_of(src.to(gl.int64) * KP, 128), rm < end)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
