@@ -261,26 +261,26 @@ if gluon is not None:
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
     @gluon.jit
-    def x_rows(base, real):
-        """A program's x row offsets for the ring copies (_g_x_issue, _g_ring_issue): rows that hold no token
-        (past M; past an expert's last position) get -2^30, which the copies test (offsets >= 0) and fill with
-        zeros without reading, so an 8-row tile of one token reads one row, not eight copies of it from L2.
-        Their outputs are never stored. Keeps the divisibility of base (the sentinel is a multiple of 2^30)."""
-        return gl.where(real, base, -(1 << 30))
+    def x_live(c, steps, xok):
+        """The x copies' mask of step c: inside K and, with xok (moe_mma's XSKIP), only the rows holding a token,
+        so the rows past an expert's last position are zero-filled instead of read again from L2."""
+        if xok is None:
+            return c < steps
+        else:
+            return xok & (c < steps)
 
     @gluon.jit
-    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
-        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy; rows at negative offsets,
-        x_rows, zero-filled) into ring slot c % STAGES and commit it as one group (past the last step: an empty
-        group, so the waits stay uniform)."""
+    def _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, xok=None):
+        """Start the cp.async copy of step c's x rows (16 bytes per thread and copy) into ring slot c % STAGES
+        and commit it as one group (past the last step: an empty group, so the waits stay uniform)."""
         async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8),
-                                               mask=(xofs >= 0) & (c < steps))
+                                               mask=x_live(c, steps, xok))
         async_copy.commit_group()
 
     @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
                    CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr,
-                   NIB: gl.constexpr):
+                   NIB: gl.constexpr, xok=None):
         """The K loop on wgmma: acc [rows, BM] += decoded weights (rows' words at wofs, scales at sofs) @ x.
 
         Weights: the next step's words are loaded into registers while this step is decoded straight into
@@ -307,7 +307,7 @@ if gluon is not None:
         AHEAD: gl.constexpr = STAGES - 1
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(AHEAD):
-            _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+            _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         v_n = gl.load(w_ptr + wofs, mask=group < KW, other=0)
         s_n = gl.load(s_ptr + sofs, mask=block < KB, other=0)
         for c in range(0, steps):
@@ -320,7 +320,7 @@ if gluon is not None:
             async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-            _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES)
+            _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES, xok)
             acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
@@ -328,7 +328,7 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c, steps, KW, KB,
-                      STEP: gl.constexpr, STAGES: gl.constexpr):
+                      STEP: gl.constexpr, STAGES: gl.constexpr, xok=None):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
         layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
@@ -344,13 +344,13 @@ if gluon is not None:
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
-                                               mask=(xofs >= 0) & (c < steps))
+                                               mask=x_live(c, steps, xok))
         async_copy.commit_group()
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr):
+                        NIB: gl.constexpr, xok=None):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -365,13 +365,13 @@ if gluon is not None:
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(STAGES - 1):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
-                          STEP, STAGES)
+                          STEP, STAGES, xok)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c + STAGES - 1,
-                          steps, KW, KB, STEP, STAGES)
+                          steps, KW, KB, STEP, STAGES, xok)
             slot = c % STAGES
             v = wsm.index(slot).load(LW)
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
@@ -504,10 +504,10 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop)."""
+        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
@@ -521,10 +521,10 @@ if gluon is not None:
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB)
+                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
-                                 SMAX, CHUNKS, TILED, STAGES, A_L, NIB)
+                                 SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)
         return acc
 
     @gluon.jit
@@ -542,9 +542,8 @@ if gluon is not None:
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
-        tok = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
-        xofs = (x_rows(tok * KP, tok < M)[:, None]
-                + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
+        tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
+        xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
                             xdesc, pid_m * BLOCK_M)

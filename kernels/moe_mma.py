@@ -58,7 +58,6 @@ if gluon is not None:
         ring_layouts,
         row_layout,
         wg_ring_layouts,
-        x_rows,
     )
 
 
@@ -408,7 +407,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr):
+                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -419,7 +418,7 @@ if gluon is not None:
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
         waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. EPI_EARLY: the
         epilogue's per-token loads (_epi_token; 2: its bias loads too) before the CHAIN wait and the K loop, not
-        after them."""
+        after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live)."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -441,11 +440,14 @@ if gluon is not None:
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-            xofs = (x_rows(gl.multiple_of(src.to(gl.int64) * KP, 128), rm < end)[:, None]
+            xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                     + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
+            xok = None
+            if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
+                xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, None, None, 0, False)
+                                SW, SS, LSC, NIB, None, None, 0, False, xok=xok)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
@@ -503,7 +505,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
-                             EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), **chained, **extra)
+                             EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
+                             **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -519,7 +522,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -536,7 +539,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
     has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
-    issued before the K loop (1: token scales or gate weights, 2: biases too). x16 (plane-major) is not used."""
+    issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
+    token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
+    first row from L2; a per-copy mask, 2-18 more loop instructions). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -546,7 +551,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
-               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY)
+               STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
+               XSKIP=XSKIP)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -575,12 +581,13 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as is EPI_EARLY."""
+    built into the WGMMA kernel only, as are EPI_EARLY and XSKIP."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    if cfg.get("EPI_EARLY") and not cfg.get("WGMMA"):
-        return "EPI_EARLY applies only with WGMMA"
+    for opt in ("EPI_EARLY", "XSKIP"):
+        if cfg.get(opt) and not cfg.get("WGMMA"):
+            return f"{opt} applies only with WGMMA"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -614,10 +621,11 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2)},
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
+           "XSKIP": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -492,6 +492,22 @@ def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     assert "only with WGMMA" in v.reason({**v.defaults, "EPI_EARLY": 1}, problem)
 
 
+def test_moe_mma_skipped_x_rows_are_bit_identical(device):
+    """XSKIP zero-fills the x rows of a token tile past its expert's last position instead of copying the
+    tile's first row into them: those rows' outputs are never stored and each token's column of the MMA is its
+    own, so the bits do not change (token tiles of 1-16 positions, RING_W or not, with CHAIN); without WGMMA
+    the option is refused."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True}
+    dw, x, r, ref = odd_layer(5, 21, 3, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "RING_W": True, "CHAIN": True, "EPI_EARLY": 1},
+                  {"BLOCK_M": 16, "ROWS": 1, "RING_W": False}, {"BLOCK_M": 64, "ROWS": 2, "RING_W": True}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, XSKIP=True), y), extra
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert "only with WGMMA" in v.reason({**v.defaults, "XSKIP": True}, problem)
+
+
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
