@@ -541,7 +541,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
     issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
     token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
-    first row from L2; a per-copy mask, 2-18 more loop instructions). x16 (plane-major) is not used."""
+    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2

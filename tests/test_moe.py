@@ -495,8 +495,9 @@ def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
 def test_moe_mma_skipped_x_rows_are_bit_identical(device):
     """XSKIP zero-fills the x rows of a token tile past its expert's last position instead of copying the
     tile's first row into them: those rows' outputs are never stored and each token's column of the MMA is its
-    own, so the bits do not change (token tiles of 1-16 positions, RING_W or not, with CHAIN); without WGMMA
-    the option is refused."""
+    own, so the bits do not change (tiles of 8, 16 and 64 rows holding fewer positions, RING_W or not, with
+    CHAIN); without WGMMA the option is refused. The ring exists only in the compiled kernel: on the CPU the
+    interpreter path runs the same arithmetic either way, so there this checks the plumbing and the rule."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True}
     dw, x, r, ref = odd_layer(5, 21, 3, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "RING_W": True, "CHAIN": True, "EPI_EARLY": 1},
