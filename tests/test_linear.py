@@ -407,35 +407,6 @@ def test_gemv_mma_tma_rule():
     assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
     assert "TMA" in v.reason({**ring, "EARLY": True}, prob)
     assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
-    assert "TMA" in v.reason({**ring, "L2_256": True}, prob)
-    assert "WGMMA" in v.reason({**v.defaults, "L2_256": True}, prob)
-    assert v.reason({**ring, "TMA": 2, "L2_256": True}, prob) is None
-
-
-@pytest.mark.gpu
-def test_gemv_mma_l2_256_promotes_and_is_bit_identical():
-    """L2_256 re-encodes each TMA descriptor of the launch with 256-byte L2 promotion (kernels.tma_l2): the
-    launcher's own encoding is checked against a 128-byte re-encoding first, the promoted one must differ from
-    it, and the results are the bits of the 128-byte build, eager and under a CUDA graph."""
-    from kernels import tma_l2
-
-    m, n, k = 5, 1000, 2880
-    x, _, b, _ = make(m, n, k, seed=11, dev="cuda")
-    w = wide_span_weight(n, k, seed=12, dev="cuda")
-    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "STAGES": 3, "NIB": True, "num_warps": 4, "TILED": True,
-           "WGMMA": True, "RING_W": True, "EARLY": True}
-    for tma in (True, 2):
-        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, **cfg)
-        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, L2_256=True, **cfg), y), tma
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, L2_256=True, **cfg)
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(yg, y), tma
-    t = torch.zeros(64, 256, device="cuda", dtype=torch.int32)
-    args = (t.data_ptr(), 0, 4, 3, [8, 256], [64, 256], [256, 1], 0)  # int32 rows, no swizzle, boxes of 8 rows
-    assert tma_l2.encode(*args, tma_l2.L2_128B) != tma_l2.encode(*args, tma_l2.L2_256B)
 
 
 @pytest.mark.gpu
