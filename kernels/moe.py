@@ -238,9 +238,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     CHAIN: the grid is (N tiles, positions), so a position's N tiles run together and the first positions'
     act rows are done first; mlp1 counts each program's stores on its position's counter (chain_ptr[i]); mlp2
     skips the PDL wait and waits for its own position's NEED mlp1 programs (it starts during mlp1's last wave),
-    its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them). With STAGES=1
-    that wait is h2g_tile's WAIT: the first K tiles' weights are loaded before it, so they stream while mlp1's
-    last programs run."""
+    its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -256,13 +254,11 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         else:
             pdl_enter()
     if active:
-        if (CHAIN and PHASE == 2) and STAGES > 1:  # a pipelined K loop may issue act loads ahead of a wait inside it
+        if CHAIN and PHASE == 2:
             wait_count(chain_ptr + i, NEED)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB,
-                 wait_ptr=chain_ptr + i if CHAIN else chain_ptr, wait_need=NEED,
-                 WAIT=(CHAIN and PHASE == 2) and STAGES == 1)
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
