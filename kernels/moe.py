@@ -227,7 +227,8 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                    NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False):
+                    NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -238,7 +239,10 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     CHAIN: the grid is (N tiles, positions), so a position's N tiles run together and the first positions'
     act rows are done first; mlp1 counts each program's stores on its position's counter (chain_ptr[i]); mlp2
     skips the PDL wait and waits for its own position's NEED mlp1 programs (it starts during mlp1's last wave),
-    its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them)."""
+    its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them).
+    EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
+    routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
+    program with no work then never waits."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -246,7 +250,8 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         i = tl.program_id(0)
         pid_n = tl.program_id(1)
     if PHASE == 1:
-        pdl_enter()
+        if not EARLY:
+            pdl_enter()
     e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
     if PHASE == 2:
         if CHAIN:
@@ -258,7 +263,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
             wait_count(chain_ptr + i, NEED)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB)
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
@@ -271,13 +276,15 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e,
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
-             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False):
+             wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
+             EARLY: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
-    BLOCK_K = 2048, the whole row tile at once)."""
+    BLOCK_K = 2048, the whole row tile at once). EARLY: the PDL wait (pdl_enter) comes here, after the routing
+    reads and the first weight tile's loads, before any input row is read."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -298,6 +305,8 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
+    if EARLY:
+        pdl_enter()
     for t in tl.range(0, full, num_stages=STAGES):
         v, s, v_next, s_next = h2g_loads(wp, sp, word, rg, t, full, v_next, s_next, TW, G, WSTEP, SSTEP, PREFETCH)
         if WAIT:
@@ -544,6 +553,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
     extra = reg_cap(cfg.get("MAXNREG")) if phase == 1 else {}
+    if phase == 1 and inner and cfg.get("EARLY"):  # x16 from router_logits: route's launch came just before
+        extra["EARLY"] = True
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
@@ -695,9 +706,10 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
-              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None},
+              "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
+              "EARLY": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -708,7 +720,9 @@ register(Variant(
                 "(decode in 9 instructions per word instead of 15); CHAIN: mlp2 starts during mlp1's last wave, each "
                 "program once its own position's act row is stored (device counters, as moe_mma's CHAIN); MAXNREG: "
                 "mlp1's registers per thread capped (more programs per SM, as gemv_h2g's; mlp2's builds are small, "
-                "and a cap lets ptxas take more)",
+                "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
+                "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
+                "route's launch came just before and mlp1 waits first)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

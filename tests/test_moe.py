@@ -452,6 +452,74 @@ def test_moe_h2g_maxnreg_is_bit_identical(tokens):
         assert rel_err(y, ref) < TOL
 
 
+def test_moe_h2g_early_is_bit_identical(device):
+    """moe_h2g's EARLY only moves mlp1's PDL wait after its routing reads and PREFETCH's first weight tile (the
+    interpreter has no wait, so there it checks the arithmetic is untouched): the same bits, with and without
+    CHAIN, and with x16 given (the model's path, where EARLY is dropped). The GPU test below races it."""
+    from kernels.linear_f16 import x_to_f16
+
+    dw, x, r, ref = odd_layer(19, 3, 5, device)
+    for extra in ({}, {"CHAIN": True, "BLOCK_N2": 8}):
+        cfg = {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, **extra}
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=True, **cfg), y), extra
+        assert rel_err(y, ref) < TOL
+    x16 = x_to_f16(x, planes=True)
+    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=True, x16=x16, **cfg), y)
+
+
+def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, device):
+    """EARLY lets mlp1 read the routing before its PDL wait, which is safe only when the launch before it is
+    the layer's own x_to_f16 (route's launch then came two back); with x16 given (router_logits' launch, which
+    route follows directly) mlp1 must wait first, so the launcher drops EARLY there, and mlp2 never gets it."""
+    import kernels.moe as M
+    from kernels.linear_f16 import x_to_f16
+
+    seen = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((kw["PHASE"], kw.get("EARLY", False)))
+
+    dw, x, r, _ = odd_layer(19, 3, 5, device)
+    cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "PREFETCH": True, "EARLY": True}
+    x16 = x_to_f16(x, planes=True)
+    monkeypatch.setattr(M, "_moe_h2g_kernel", Spy())
+    K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
+    assert seen == [(1, True), (2, False)]
+    seen.clear()
+    K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=x16, **cfg)
+    assert seen == [(1, False), (2, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_moe_h2g_early_under_pdl_and_graphs(tokens):
+    """On the GPU, under PDL and a CUDA graph of route + layer, EARLY's mlp1 reads the routing and its first
+    weight tile while x_to_f16 still runs. Fresh logits and x before each of 20 replays: a read of last replay's
+    routing or x16 would show as bits unlike the eager call's without EARLY (with MAXNREG, the decode leaders'
+    cap; CHAIN on and off)."""
+    dev = torch.device("cuda")
+    dw, x, _, _ = odd_layer(23, tokens, 6, dev)
+    g = torch.Generator(device=dev).manual_seed(tokens)
+    logits = torch.randn(tokens, 4, device=dev)
+    for chain in (False, True):
+        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8,
+               "MAXNREG": 72, "CHAIN": chain}
+        K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=True, **cfg)  # compile outside
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ye = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=True, **cfg)
+        for rep in range(20):
+            logits.copy_(torch.randn(tokens, 4, generator=g, device=dev))
+            x.copy_(torch.randn(tokens, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
+            graph.replay()
+            y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", **cfg)
+            torch.cuda.synchronize()
+            assert torch.equal(ye, y), (chain, rep)
+
+
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
