@@ -242,7 +242,8 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     its last of NEED readers (its N tiles) zeroing both counters (chain_ptr[S + i] counts them).
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
-    program with no work then never waits."""
+    program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -256,7 +257,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if PHASE == 2:
         if CHAIN:
             pdl_release()
-        else:
+        elif not EARLY:
             pdl_enter()
     if active:
         if CHAIN and PHASE == 2:
@@ -555,6 +556,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     extra = reg_cap(cfg.get("MAXNREG")) if phase == 1 else {}
     if phase == 1 and inner and cfg.get("EARLY"):  # x16 from router_logits: route's launch came just before
         extra["EARLY"] = True
+    if phase == 2 and cfg.get("EARLY") == 2:  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
+        extra["EARLY"] = True
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
@@ -687,6 +690,8 @@ def _rule_h2g_combine(cfg, problem):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
+    if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
+        return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
     return None
 
 
@@ -698,6 +703,8 @@ def _rule_h2g_chain(cfg, problem):
         return "CHAIN orders the two launches of COMBINE=False (mlp1 then mlp2): use COMBINE=False with CHAIN"
     if problem.get("m", 0) * problem.get("top_k", 1) > 65535:
         return "CHAIN's grid puts the T*k sorted positions on grid axis 1 (at most 65535)"
+    if cfg.get("EARLY") == 2:
+        return "EARLY=2 moves mlp2's PDL wait, which CHAIN's mlp2 has not (it waits on counters): use EARLY=True"
     return None
 
 
@@ -706,7 +713,7 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
               "EARLY": False},
@@ -722,7 +729,8 @@ register(Variant(
                 "mlp1's registers per thread capped (more programs per SM, as gemv_h2g's; mlp2's builds are small, "
                 "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
-                "route's launch came just before and mlp1 waits first)",
+                "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
+                "first weight tile during mlp1's tail",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

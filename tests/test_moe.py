@@ -459,10 +459,10 @@ def test_moe_h2g_early_is_bit_identical(device):
     from kernels.linear_f16 import x_to_f16
 
     dw, x, r, ref = odd_layer(19, 3, 5, device)
-    for extra in ({}, {"CHAIN": True, "BLOCK_N2": 8}):
+    for extra, early in (({}, 2), ({"CHAIN": True, "BLOCK_N2": 8}, True)):
         cfg = {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=True, **cfg), y), extra
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=early, **cfg), y), extra
         assert rel_err(y, ref) < TOL
     x16 = x_to_f16(x, planes=True)
     assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=True, x16=x16, **cfg), y)
@@ -471,7 +471,8 @@ def test_moe_h2g_early_is_bit_identical(device):
 def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, device):
     """EARLY lets mlp1 read the routing before its PDL wait, which is safe only when the launch before it is
     the layer's own x_to_f16 (route's launch then came two back); with x16 given (router_logits' launch, which
-    route follows directly) mlp1 must wait first, so the launcher drops EARLY there, and mlp2 never gets it."""
+    route follows directly) mlp1 must wait first, so the launcher drops EARLY there. mlp2 gets it with EARLY=2
+    only (its launch always follows this call's mlp1), which CHAIN and COMBINE refuse."""
     import kernels.moe as M
     from kernels.linear_f16 import x_to_f16
 
@@ -490,34 +491,42 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
     seen.clear()
     K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=x16, **cfg)
     assert seen == [(1, False), (2, False)]
+    seen.clear()
+    K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **{**cfg, "EARLY": 2})
+    K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=x16, **{**cfg, "EARLY": 2})
+    assert seen == [(1, True), (2, True), (1, False), (2, True)]
+    v, problem = K.VARIANTS["moe_h2g"], {"op": "moe", "m": 4, "tokens": 4, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert "CHAIN" in v.reason({**v.defaults, "EARLY": 2, "CHAIN": True}, problem)
+    assert "COMBINE" in v.reason({**v.defaults, "EARLY": 2, "COMBINE": True}, problem)
+    assert v.reason({**v.defaults, "EARLY": True, "CHAIN": True}, problem) is None
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_moe_h2g_early_under_pdl_and_graphs(tokens):
     """On the GPU, under PDL and a CUDA graph of route + layer, EARLY's mlp1 reads the routing and its first
-    weight tile while x_to_f16 still runs. Fresh logits and x before each of 20 replays: a read of last replay's
-    routing or x16 would show as bits unlike the eager call's without EARLY (with MAXNREG, the decode leaders'
-    cap; CHAIN on and off)."""
+    weight tile while x_to_f16 still runs (EARLY=2: mlp2 its first tile during mlp1's tail). Fresh logits and x
+    before each of 20 replays: a read of last replay's routing, x16 or act would show as bits unlike the eager
+    call's without EARLY (with MAXNREG, the decode leaders' cap; CHAIN on and off)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(23, tokens, 6, dev)
     g = torch.Generator(device=dev).manual_seed(tokens)
     logits = torch.randn(tokens, 4, device=dev)
-    for chain in (False, True):
+    for chain, early in ((False, True), (False, 2), (True, True)):
         cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8,
                "MAXNREG": 72, "CHAIN": chain}
-        K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=True, **cfg)  # compile outside
+        K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=early, **cfg)  # compile outside
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            ye = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=True, **cfg)
+            ye = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", EARLY=early, **cfg)
         for rep in range(20):
             logits.copy_(torch.randn(tokens, 4, generator=g, device=dev))
             x.copy_(torch.randn(tokens, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
             graph.replay()
             y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", **cfg)
             torch.cuda.synchronize()
-            assert torch.equal(ye, y), (chain, rep)
+            assert torch.equal(ye, y), (chain, early, rep)
 
 
 @pytest.mark.parametrize("tokens", [5, 70])
