@@ -235,7 +235,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     broadcast over the tile's rows).
     mlp2 (PHASE 2) reads its routing before the PDL wait, overlapping that chain of dependent loads with
     mlp1's tail: route wrote it two launches back and had finished before mlp1 let mlp2 start. mlp1 waits
-    first: with x16 from router_logits it directly follows route.
+    first (but with EARLY, below): with x16 from router_logits it directly follows route.
     CHAIN: the grid is (N tiles, positions), so a position's N tiles run together and the first positions'
     act rows are done first; mlp1 counts each program's stores on its position's counter (chain_ptr[i]); mlp2
     skips the PDL wait and waits for its own position's NEED mlp1 programs (it starts during mlp1's last wave),
