@@ -19,6 +19,10 @@ import triton.language as tl  # noqa: E402
 import triton.language.extra.cuda  # noqa: E402, F401  (tl.extra.cuda: the griddepcontrol wrappers)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+if INTERPRETED:
+    from kernels import _interp  # noqa: E402
+
+    _interp.install()  # nested helpers no longer re-patch triton.language on every call (about 2x faster)
 #: the same flag as a constexpr, for the few places kernels must work around the interpreter
 INTERP = tl.constexpr(INTERPRETED)
 

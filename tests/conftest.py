@@ -24,3 +24,9 @@ def pytest_collection_modifyitems(config, items):
 def device():
     """Where kernels run in this test session: the GPU if present, else the CPU (interpreter)."""
     return torch.device("cuda" if HAS_GPU else "cpu")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (./lab test): one worker per core on the CPU; a single worker with a GPU (one device, and
+    GPU tests that time or race kernels want it to themselves)."""
+    return 1 if HAS_GPU else None

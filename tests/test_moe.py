@@ -55,7 +55,8 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
         extra += [c for c in cfgs if c.get("BLOCK_N2") and c["BLOCK_N2"] != c["BLOCK_N"]][:1]  # mlp2's own tile
     # moe_fused is moe_h2g's arithmetic in one launch, checked bit for bit against it over configs by
     # test_moe_fused_is_moe_h2g_in_one_launch: its defaults at one token are enough here (the interpreter is slow)
-    mid = [] if name == "moe_fused" else [cfgs[len(cfgs) // 2]]
+    # on the CPU a second config runs under one routing only (configs change tiling, routings change positions)
+    mid = [] if name == "moe_fused" or (device.type == "cpu" and routing != "uniform") else [cfgs[len(cfgs) // 2]]
     for cfg in [MOE[name].defaults, *mid, *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
@@ -360,8 +361,8 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
 def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
     halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
-    partial row tiles in both layers."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9, 2, device)
+    partial row tiles in both layers (3 tokens on the CPU, where each position's programs run one by one)."""
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 3, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
     assert rel_err(y, ref) < TOL
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
@@ -377,8 +378,8 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
 ])
 def test_moe_h2g_shuffled_nibbles(cfg, device):
     """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
-    partial tiles included; weights held shuffled run only NIB configs."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9, 2, device)
+    partial tiles included; weights held shuffled run only NIB configs (3 tokens on the CPU)."""
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 3, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, **cfg)
     assert rel_err(y, ref) < TOL
     if not cfg.get("COMBINE"):
