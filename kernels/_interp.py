@@ -19,12 +19,13 @@ def install() -> bool:
         from triton.runtime import interpreter as it
     except ImportError:
         return False
-    needed = ("_patch_lang", "_LangPatchScope", "GridExecutor", "tl")
-    if not all(hasattr(it, n) for n in needed) or getattr(it, "_lab_once_per_grid", False):
-        return bool(getattr(it, "_lab_once_per_grid", False))
+    if getattr(it, "_lab_once_per_grid", False):
+        return True
+    if not all(hasattr(it, n) for n in ("_patch_lang", "_LangPatchScope", "GridExecutor", "tl")):
+        return False
     tl = it.tl
     patch_lang, grid_call = it._patch_lang, it.GridExecutor.__call__
-    patched: list[set] = [set()]  # the language modules patched in the grid being run
+    patched: list[set] = []  # per running grid: the language modules patched in it
     keys: dict[int, tuple] = {}  # id(fn.__globals__) -> (those globals, kept alive; the language modules seen)
 
     def key(fn):
@@ -37,10 +38,11 @@ def install() -> bool:
 
     def once_per_grid(fn):
         k = key(fn)
-        if k in patched[-1]:
+        if patched and k in patched[-1]:
             return it._LangPatchScope()  # nothing to restore: the grid's own scope restores the modules
         scope = patch_lang(fn)
-        patched[-1].add(k)
+        if patched:  # outside a grid nothing is remembered: every call patches, as Triton's own does
+            patched[-1].add(k)
         return scope
 
     def call_grid(self, *args, **kwargs):
