@@ -88,37 +88,5 @@ def pdl_release():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def l2_prefetch(lo_ptr, hi_ptr, EVICT_LAST: tl.constexpr = False):
-    """Ask the copy engine to bring global bytes [lo_ptr, hi_ptr) into L2 (cp.async.bulk.prefetch.L2, one thread
-    of the program issues it; the range widened to 16-byte granules, which never leave an allocation). A hint
-    with no result: later loads of those bytes hit L2 if nothing evicted them. EVICT_LAST: with an L2 evict_last
-    policy. Hopper only; elsewhere (and in the interpreter) nothing happens."""
-    if GDC:
-        if EVICT_LAST:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .u32 t, n; .reg .b64 a, b, pol; mov.u32 t, %tid.x; and.b64 a, $1, -16; "
-                "add.s64 b, $2, 15; and.b64 b, b, -16; sub.s64 b, b, a; cvt.u32.u64 n, b; setp.eq.u32 p, t, 0; "
-                "setp.ne.and.u32 p, n, 0, p; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; "
-                "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [a], n, pol; mov.u32 $0, 0; }",
-                "=r,l,l", [lo_ptr, hi_ptr], dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .u32 t, n; .reg .b64 a, b; mov.u32 t, %tid.x; and.b64 a, $1, -16; "
-                "add.s64 b, $2, 15; and.b64 b, b, -16; sub.s64 b, b, a; cvt.u32.u64 n, b; setp.eq.u32 p, t, 0; "
-                "setp.ne.and.u32 p, n, 0, p; @p cp.async.bulk.prefetch.L2.global [a], n; mov.u32 $0, 0; }",
-                "=r,l,l", [lo_ptr, hi_ptr], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def l2_prefetch_share(base_ptr, n, part, parts, EVICT_LAST: tl.constexpr = False):
-    """l2_prefetch of share `part` of `parts` of the n elements at base_ptr (equal shares, the last shorter)."""
-    piece = (n + parts - 1) // parts
-    lo = tl.minimum(part * piece, n)
-    hi = tl.minimum(lo + piece, n)
-    if hi > lo:
-        l2_prefetch(base_ptr + lo, base_ptr + hi, EVICT_LAST)
-
-
 __all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "reg_cap", "pdl_launch", "pdl_enter", "pdl_release",
-           "pdl_scope", "l2_prefetch", "l2_prefetch_share"]
+           "pdl_scope"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import l2_prefetch_share, pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
+from ._triton import pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import (
@@ -228,8 +228,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                     NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EARLY: tl.constexpr = False, pf_w_ptr=None, pf_s_ptr=None, pf_w_e=0, pf_s_e=0,
-                    L2PF: tl.constexpr = 0):
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -244,11 +243,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
     program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
-    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way).
-    L2PF (mlp1): the first token tile of each expert also asks L2 to prefetch its share (pid_n of the N tiles) of
-    that expert's mlp2 words and scales (pf_*: mlp2's copy, pf_*_e elements per expert), so mlp2 streams from L2
-    what mlp1 fetched with the memory bandwidth its arithmetic leaves over: 1 after the program's tile, 2 before
-    it, 3 as 1 with an L2 evict_last policy."""
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -267,8 +262,6 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if active:
         if CHAIN and PHASE == 2:
             wait_count(chain_ptr + i, NEED)
-        if L2PF == 2:
-            _prefetch_mlp2(i, e, pid_n, offs_ptr, pf_w_ptr, pf_s_ptr, pf_w_e, pf_s_e, CHAIN, False)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
                  BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
@@ -277,18 +270,6 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                 signal_count(chain_ptr + i)
             else:
                 consume(chain_ptr + S + i, chain_ptr + i, tl.num_programs(0))
-        if L2PF == 1 or L2PF == 3:
-            _prefetch_mlp2(i, e, pid_n, offs_ptr, pf_w_ptr, pf_s_ptr, pf_w_e, pf_s_e, CHAIN, L2PF == 3)
-
-
-@triton.jit
-def _prefetch_mlp2(i, e, pid_n, offs_ptr, pf_w_ptr, pf_s_ptr, pf_w_e, pf_s_e, CHAIN: tl.constexpr,
-                   EVICT_LAST: tl.constexpr):
-    """moe_h2g L2PF: expert e's first token tile (program i) prefetches share pid_n of its mlp2 weights."""
-    if i == tl.load(offs_ptr + e):
-        parts = tl.num_programs(0) if CHAIN else tl.num_programs(1)
-        l2_prefetch_share(pf_w_ptr + e.to(tl.int64) * pf_w_e, pf_w_e, pid_n, parts, EVICT_LAST)
-        l2_prefetch_share(pf_s_ptr + e.to(tl.int64) * pf_s_e, pf_s_e, pid_n, parts, EVICT_LAST)
 
 
 @triton.jit
@@ -562,30 +543,21 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
                          num_warps=cfg["num_warps"], num_stages=1)
 
 
-def _h2g_weights(phase, p: PreparedMXFP4, cfg) -> PreparedMXFP4:
-    """The copy of mlp`phase`'s weights a moe_h2g config reads (tiled, nibble-shuffled: made once, cached)."""
+def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True,
+                chain=None, need=0):
+    """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2). chain: CHAIN's
+    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. Returns the launch's
+    N tiles."""
+    E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
-    return _nibbles(p, cfg)
-
-
-def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True,
-                chain=None, need=0, p2=None):
-    """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2). chain: CHAIN's
-    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. p2: mlp2's weights
-    (mlp1 prefetches them into L2 with L2PF). Returns the launch's N tiles."""
-    E, N, K = p.shape
-    p = _h2g_weights(phase, p, cfg)
+    p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
     extra = reg_cap(cfg.get("MAXNREG")) if phase == 1 else {}
     if phase == 1 and inner and cfg.get("EARLY"):  # x16 from router_logits: route's launch came just before
         extra["EARLY"] = True
     if phase == 2 and cfg.get("EARLY") == 2:  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
         extra["EARLY"] = True
-    if phase == 1 and cfg.get("L2PF"):
-        q = _h2g_weights(2, p2, cfg)
-        extra.update(pf_w_ptr=q.words, pf_s_ptr=q.scales, pf_w_e=q.words.stride(0), pf_s_e=q.scales.stride(0),
-                     L2PF=int(cfg["L2PF"]))
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
@@ -648,11 +620,10 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         chain = scratch(x.device, ("moe_h2g_chain",), 2 * S) if cfg.get("CHAIN") else None
-        need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain,
-                           p2=p2)
+        need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
-            p2 = _h2g_weights(2, p2, cfg)
+            p2 = _nibbles(p2, cfg)
             _moe_h2g_combine_kernel[(T, triton.cdiv(N2, cfg["BLOCK_N"]))](
                 act.view(torch.int32), r.ids, r.inverse, p2.words, p2.scales, b2, r.weights, out, N2, K2, r.top_k,
                 scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], NIB=p2.shuffled,
@@ -742,10 +713,10 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "L2PF": (0, 1, 2, 3)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False, "L2PF": 0},
+              "EARLY": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -759,8 +730,7 @@ register(Variant(
                 "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
-                "first weight tile during mlp1's tail; L2PF: mlp1's programs ask L2 to prefetch mlp2's weights of "
-                "their experts (1: after the program's tile, 2: before it, 3: as 1 with an evict_last policy)",
+                "first weight tile during mlp1's tail",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

@@ -502,58 +502,6 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
     assert v.reason({**v.defaults, "EARLY": True, "CHAIN": True}, problem) is None
 
 
-def test_moe_h2g_l2pf_passes_mlp2s_copy(monkeypatch, device):
-    """L2PF hands mlp1 the mlp2 weight copy mlp2 itself reads (tiled and nibble-shuffled as the config says), with
-    its per-expert strides; mlp2 and configs without L2PF get no prefetch arguments."""
-    import kernels.moe as M
-
-    seen = []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((kw["PHASE"], kw.get("L2PF", 0), kw.get("pf_w_ptr"),
-                                                 kw.get("pf_s_ptr"), kw.get("pf_w_e"), kw.get("pf_s_e"), a[5]))
-
-    dw, x, r, _ = odd_layer(19, 3, 5, device)
-    monkeypatch.setattr(M, "_moe_h2g_kernel", Spy())
-    for tiled in (False, True):
-        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "NIB": True, "TILED": tiled}
-        seen.clear()
-        K.moe_mxfp4(x, r, *dw, variant="moe_h2g", L2PF=3, **cfg)
-        (ph1, pf1, w, s, we, se, _), (ph2, pf2, *none, w2) = seen
-        assert (ph1, pf1, ph2, pf2, none) == (1, 3, 2, 0, [None, None, None, None])
-        assert w is w2 and we == w2.stride(0) and se == s.stride(0) and s.shape[0] == w2.shape[0]
-        seen.clear()
-        K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-        assert [q[1:6] for q in seen] == [(0, None, None, None, None)] * 2
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 4])
-def test_moe_h2g_l2pf_is_bit_identical(tokens):
-    """L2PF's prefetches are hints with no result: every placement gives the bits of the layer without them, with
-    and without CHAIN and TILED, also under a CUDA graph with fresh x between replays (the prefetch instruction
-    must also build: it exists only where the GPU has it)."""
-    dev = torch.device("cuda")
-    dw, x, r, ref = odd_layer(29, tokens, 6, dev)
-    for chain, tiled in ((False, False), (True, False), (False, True)):
-        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": not tiled, "BLOCK_N2": 8,
-               "CHAIN": chain, "TILED": tiled}
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-        assert rel_err(y, ref) < TOL
-        for pf in (1, 2, 3):
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", L2PF=pf, **cfg), y), (chain, tiled, pf)
-    x2 = x.clone()
-    graph = torch.cuda.CUDAGraph()
-    K.moe_mxfp4(x2, r, *dw, variant="moe_h2g", L2PF=1, **cfg)
-    with torch.cuda.graph(graph):
-        yg = K.moe_mxfp4(x2, r, *dw, variant="moe_h2g", L2PF=1, **cfg)
-    for rep in range(5):
-        x2.copy_(torch.randn_like(x2, dtype=torch.float32).to(torch.bfloat16))
-        graph.replay()
-        assert torch.equal(yg, K.moe_mxfp4(x2, r, *dw, variant="moe_h2g", **cfg)), rep
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_moe_h2g_early_under_pdl_and_graphs(tokens):
