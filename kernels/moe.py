@@ -133,29 +133,6 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
 
 
 @triton.jit
-def combine_last(tok, mmask, rn, nmask, pid_n, n_tiles, y_ptr, inv_ptr, out_ptr, cnt_ptr, N, TOPK):
-    """The combine inside mlp2, by the last program to store each token's rows (SUM_LAST): after its y rows
-    [rows of tokens tok, columns rn] are stored, the program counts them on counter tok * n_tiles + pid_n
-    (barrier, then an acq_rel atomic: signal_count's pattern); where it completes a count (TOPK), it sums that
-    token's TOPK rows of y in slot order in fp32 (read past L1: other programs wrote them) into out[tok, rn] as
-    bf16, exactly as _combine_kernel does, and zeroes the counter for the next call."""
-    tl.debug_barrier()
-    ctr = cnt_ptr + tok * n_tiles + pid_n
-    old = tl.atomic_add(ctr, 1, mask=mmask, sem="acq_rel")
-    last = mmask & (old == TOPK - 1)
-    tl.debug_barrier()
-    if tl.max(last.to(tl.int32), axis=0) > 0:
-        tl.store(ctr, 0, mask=last)
-        m2 = last[:, None] & nmask[None, :]
-        acc = tl.zeros((tok.shape[0], rn.shape[0]), tl.float32)
-        for j in range(TOPK):
-            row = tl.load(inv_ptr + tok * TOPK + j, mask=last, other=0).to(tl.int64)
-            acc += tl.load(y_ptr + row[:, None] * N + rn[None, :], mask=m2, other=0.0,
-                           cache_modifier=".cg").to(tl.float32)
-        tl.store(out_ptr + tok.to(tl.int64)[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=m2)
-
-
-@triton.jit
 def _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE: tl.constexpr):
     """Rows of the GEMM input for sorted positions rm: tokens for mlp1 (x), positions for mlp2 (act)."""
     slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
@@ -251,8 +228,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                     NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EARLY: tl.constexpr = False, inv_ptr=None, sum_ptr=None, cnt_ptr=None,
-                    SUM_LAST: tl.constexpr = False):
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -267,10 +243,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
     program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
-    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way).
-    SUM_LAST (mlp2): after storing its y rows, a program counts them on its tokens' counters (one per token and N
-    tile, cnt_ptr); the program completing a token's count sums that token's k rows into sum_ptr (combine_last),
-    so the layer needs no combine launch."""
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -292,11 +265,6 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
                  BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
-        if SUM_LAST:
-            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            slots = tl.load(sorted_ptr + rm, mask=mmask, other=0)
-            combine_last(slots // TOPK, mmask, rn, rn < N, pid_n, tl.num_programs(0) if CHAIN else tl.num_programs(1),
-                         out_ptr, inv_ptr, sum_ptr, cnt_ptr, N, TOPK)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
@@ -576,10 +544,10 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
 
 
 def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True,
-                chain=None, need=0, summed=None):
+                chain=None, need=0):
     """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2). chain: CHAIN's
-    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. summed: SUM_LAST's
-    [T, H] output (mlp2 then combines too). Returns the launch's N tiles."""
+    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. Returns the launch's
+    N tiles."""
     E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
@@ -590,9 +558,6 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
         extra["EARLY"] = True
     if phase == 2 and cfg.get("EARLY") == 2:  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
         extra["EARLY"] = True
-    if summed is not None:
-        cnt = scratch(out.device, ("moe_sum_last",), summed.shape[0] * grid[1], torch.int32)
-        extra.update(inv_ptr=r.inverse, sum_ptr=summed, cnt_ptr=cnt, SUM_LAST=True)
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
@@ -665,9 +630,6 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 num_warps=cfg["num_warps"], num_stages=1)
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
-        if cfg.get("SUM_LAST") and combine:  # (combine=False: the caller sums, e.g. add_rms_norm)
-            _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need, summed=out)
-            return out
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
@@ -730,8 +692,6 @@ def _rule_h2g_combine(cfg, problem):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
     if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
         return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
-    if cfg.get("SUM_LAST") and cfg.get("COMBINE"):
-        return "SUM_LAST fuses the combine into mlp2's separate launch, which COMBINE=True has already: choose one"
     return None
 
 
@@ -753,10 +713,10 @@ register(Variant(
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
            "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "SUM_LAST": (False, True)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False, "SUM_LAST": False},
+              "EARLY": False},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -770,8 +730,7 @@ register(Variant(
                 "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
-                "first weight tile during mlp1's tail; SUM_LAST: no combine launch, mlp2's last program to store a "
-                "token's rows (device counters) sums them (COMBINE=False only)",
+                "first weight tile during mlp1's tail",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

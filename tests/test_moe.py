@@ -502,57 +502,6 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
     assert v.reason({**v.defaults, "EARLY": True, "CHAIN": True}, problem) is None
 
 
-def test_moe_h2g_sum_last_is_the_combine(device):
-    """SUM_LAST sums each token's k rows inside mlp2 (the program completing a token's count on a device counter)
-    in the combine's order and precision: the bits of the layer with its combine launch, at a BLOCK_N2 that
-    leaves a partial row tile and BLOCK_M=2 (one program counting several tokens); the counters are left at zero
-    for the next call, and combine=False (the caller sums) still returns the unsummed rows."""
-    import kernels.sync as S
-
-    dw, x, r, ref = odd_layer(29, 3, 6, device)
-    cfg = {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "NIB": True, "PREFETCH": True, "BLOCK_N2": 32}
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-    assert rel_err(y, ref) < TOL
-    assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", SUM_LAST=True, **cfg), y)
-    counters = [v for k, v in S.SCRATCH.items() if "moe_sum_last" in k and k[0] == str(y.device)]
-    assert counters and all(int(c.abs().sum()) == 0 for c in counters)
-    slots = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", SUM_LAST=True, combine=False, **cfg)
-    assert torch.equal(slots.combine(), y)
-    v, problem = K.VARIANTS["moe_h2g"], {"op": "moe", "m": 4, "tokens": 4, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert "COMBINE" in v.reason({**v.defaults, "SUM_LAST": True, "COMBINE": True}, problem)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 4, 9])
-def test_moe_h2g_sum_last_under_graphs(tokens):
-    """On the GPU SUM_LAST's programs race for the counters: under a CUDA graph with fresh routing (duplicate
-    expert ids included) and x before each of 20 replays, the layer matches the eager layer with its combine
-    launch bit for bit, with CHAIN and EARLY=2 (the leaders' options) and with BLOCK_M=2."""
-    dev = torch.device("cuda")
-    dw, x, _, _ = odd_layer(31, tokens, 6, dev)
-    g = torch.Generator(device=dev).manual_seed(tokens)
-    for extra in ({"CHAIN": True, "EARLY": True}, {"EARLY": 2}, {"BLOCK_M": 2}):
-        cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8,
-               "MAXNREG": 72, **extra}
-        ids = torch.randint(0, 4, (tokens, 2), device=dev, dtype=torch.int32)
-        wts = torch.rand(tokens, 2, device=dev)
-        r = K.Routing.from_ids(ids, wts, 4)
-        K.moe_mxfp4(x, r, *dw, variant="moe_h2g", SUM_LAST=True, **cfg)  # compile outside
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            rg = K.Routing.from_ids(ids, wts, 4, validate=False)
-            ys = K.moe_mxfp4(x, rg, *dw, variant="moe_h2g", SUM_LAST=True, **cfg)
-        for rep in range(20):
-            ids.copy_(torch.randint(0, 4, (tokens, 2), generator=g, device=dev, dtype=torch.int32))
-            wts.copy_(torch.rand(tokens, 2, generator=g, device=dev))
-            x.copy_(torch.randn(tokens, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
-            graph.replay()
-            y = K.moe_mxfp4(x, K.Routing.from_ids(ids, wts, 4), *dw, variant="moe_h2g", **cfg)
-            torch.cuda.synchronize()
-            assert torch.equal(ys, y), (extra, rep)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_moe_h2g_early_under_pdl_and_graphs(tokens):
