@@ -42,7 +42,6 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, tile_mxfp4
-from .sync import wait_count
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -183,7 +182,6 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
-    _g_wait_count = gluon.jit(wait_count.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -335,13 +333,6 @@ if gluon is not None:
         reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
         layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
         group; past the last step nothing (zero-filled)."""
-        _g_ring_issue_w(wsm, ssm, w_ptr, wofs, group, s_ptr, scofs, c, KW, STEP, STAGES)
-        _g_ring_issue_x(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
-
-    @gluon.jit
-    def _g_ring_issue_w(wsm, ssm, w_ptr, wofs, group, s_ptr, scofs, c, KW, STEP: gl.constexpr,
-                        STAGES: gl.constexpr):
-        """_g_ring_issue's weight copies (words, then scale bytes), not yet committed."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
@@ -352,18 +343,14 @@ if gluon is not None:
                                                    s_ptr + scofs + (c * CHUNKS + q) * 64,
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
-
-    @gluon.jit
-    def _g_ring_issue_x(xsm, x_ptr, xofs, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, xok=None):
-        """_g_ring_issue's x copy, then the commit that closes step c's group."""
-        async_copy.async_copy_global_to_shared(xsm.index(c % STAGES), x_ptr + xofs + c * (STEP * 8),
+        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
                                                mask=x_live(c, steps, xok))
         async_copy.commit_group()
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, xok=None, WAIT: gl.constexpr = 0, wait_ptr=None, wait_need=0):
+                        NIB: gl.constexpr, xok=None):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -373,26 +360,12 @@ if gluon is not None:
         allocated to the wait by shared stores in a never-taken branch; ea0df83), was bit-identical and no
         faster: geometric means 1.011-1.018, 1-6% slower from 512 tokens (results/20261124T090950-h100-80gb-
         hbm3-moe-slices, ...091124-...-linear-slices). ptxas issued the first slice early and the rest together,
-        and two programs per SM already overlap one's decode with the other's wgmma.
-
-        WAIT (moe_mma's W_EARLY): the program's wait for its input rows comes here, after the first STAGES - 1
-        steps' weight copies are issued and before any x copy (1: the PDL wait, pdl_enter; 2: the count at
-        wait_ptr reaching wait_need, wait_count); those weight copies join step 0's group."""
+        and two programs per SM already overlap one's decode with the other's wgmma."""
         STEP: gl.constexpr = CHUNKS * 16
         steps = gl.cdiv(KW, STEP)
-        if WAIT:
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue_w(wsm, ssm, w_ptr, wofs, group, s_ptr, scofs, q, KW, STEP, STAGES)
-            if WAIT == 1:
-                _g_pdl_enter()
-            else:
-                _g_wait_count(wait_ptr, wait_need)
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue_x(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
-        else:
-            for q in gl.static_range(STAGES - 1):
-                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
-                              STEP, STAGES, xok)
+        for q in gl.static_range(STAGES - 1):
+            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
+                          STEP, STAGES, xok)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
@@ -531,12 +504,10 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, WAIT: gl.constexpr = 0,
-                      wait_ptr=None, wait_need=0):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA). WAIT
-        (RING_W only): the ring loop's wait before its first x copy."""
+        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
@@ -550,7 +521,7 @@ if gluon is not None:
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, WAIT, wait_ptr, wait_need)
+                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)

@@ -53,7 +53,6 @@ if gluon is not None:
     from .linear_mma import (
         _g_pdl_enter,
         _g_step,
-        _g_wait_count,
         _g_wg_program,
         _g_word_offsets,
         ring_layouts,
@@ -222,6 +221,7 @@ if gluon is not None:
     _g_epi_token = gluon.jit(_epi_token.fn)
     _g_epi_bias = gluon.jit(_epi_bias.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
+    _g_wait_count = gluon.jit(wait_count.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
 
     @gluon.jit
@@ -407,8 +407,7 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr,
-                       W_EARLY: gl.constexpr = False):
+                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -419,31 +418,23 @@ if gluon is not None:
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
         waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. EPI_EARLY: the
         epilogue's per-token loads (_epi_token; 2: its bias loads too) before the CHAIN wait and the K loop, not
-        after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live).
-        W_EARLY (RING_W): the wait for the program's input rows (the PDL wait, or mlp2's CHAIN count) comes after
-        its first STAGES - 1 steps of weight copies are issued (the ring loop's WAIT), so they are in flight
-        while x_to_f16 (mlp1) or mlp1 (mlp2) still runs; only route's rows and weights are read before it (mlp1's
-        x scales, x_to_f16's, then load after the K loop even with EPI_EARLY). A program with no work never
-        waits."""
+        after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live)."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
-        elif not W_EARLY:
+        else:
             _g_pdl_enter()
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
-            TOK_EARLY: gl.constexpr = EPI_EARLY and not (W_EARLY and PHASE == 1)  # (xs: after the PDL wait)
             if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
                 rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                if TOK_EARLY:
-                    tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
                 if EPI_EARLY == 2:
                     je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                     bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-            WAIT: gl.constexpr = (2 if CHAIN and PHASE == 2 else 1) if W_EARLY else 0
-            if CHAIN and PHASE == 2 and not W_EARLY:
+            if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
@@ -456,8 +447,7 @@ if gluon is not None:
                 xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, None, None, 0, False, xok=xok, WAIT=WAIT, wait_ptr=chain_ptr + tile,
-                                wait_need=NEED)
+                                SW, SS, LSC, NIB, None, None, 0, False, xok=xok)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
@@ -466,7 +456,7 @@ if gluon is not None:
             else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
                 acc_a = gl.convert_layout(acc, EPI)
                 acc_b = acc_a
-            if not TOK_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
+            if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
                 rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             if EPI_EARLY != 2:
@@ -515,8 +505,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
-                             EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")),
-                             W_EARLY=bool(cfg.get("W_EARLY")), **chained, **extra)
+                             EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
+                             **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -532,7 +522,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, W_EARLY=False):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -551,9 +541,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
     issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
     token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
-    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). W_EARLY (RING_W): each program
-    issues its first STAGES - 1 steps of weight copies before it waits for x_to_f16 (mlp1's PDL wait) or mlp1
-    (mlp2's PDL wait or CHAIN count); the result does not change. x16 (plane-major) is not used."""
+    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -564,7 +552,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, W_EARLY=W_EARLY)
+               XSKIP=XSKIP)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
@@ -593,15 +581,13 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as are EPI_EARLY and XSKIP (W_EARLY into its RING_W loop)."""
+    built into the WGMMA kernel only, as are EPI_EARLY and XSKIP."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
     for opt in ("EPI_EARLY", "XSKIP"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
-    if cfg.get("W_EARLY") and not (cfg.get("WGMMA") and cfg.get("RING_W")):
-        return "W_EARLY moves the wait into RING_W's ring loop: use WGMMA=True, RING_W=True"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -636,15 +622,14 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "W_EARLY": (False, True)},
+           "XSKIP": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "W_EARLY": False},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "
-                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15); W_EARLY (RING_W): "
-                "each program's first weight copies issued before it waits for its input rows",
+                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))

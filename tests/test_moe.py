@@ -570,46 +570,6 @@ def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     assert "only with WGMMA" in v.reason({**v.defaults, "EPI_EARLY": 1}, problem)
 
 
-def test_moe_mma_w_early_rule(device):
-    """W_EARLY moves a program's wait into RING_W's ring loop, so it is refused without WGMMA and RING_W; on the
-    CPU the twin ignores it (same bits)."""
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    ring = {**v.defaults, "BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "WGMMA": True, "STAGES": 4, "TILED": True}
-    assert v.reason({**ring, "RING_W": True, "W_EARLY": True}, problem) is None
-    assert "RING_W" in v.reason({**ring, "W_EARLY": True}, problem)
-    assert "RING_W" in v.reason({**v.defaults, "W_EARLY": True}, problem)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [5, 70])
-def test_moe_mma_w_early_under_pdl_and_graphs(tokens):
-    """W_EARLY issues each program's first weight copies before its wait for x_to_f16 (mlp1) or mlp1 (mlp2, the
-    PDL wait or CHAIN's count): under a CUDA graph of route + layer with fresh logits and x before each of 15
-    replays, a read of x, x's scales or act before they are written would show as bits unlike the eager layer
-    without W_EARLY (CHAIN with ROWS2 and EPI_EARLY 1 and 2, and without CHAIN)."""
-    dev = torch.device("cuda")
-    dw, x, _, _ = odd_layer(37, tokens, 6, dev)
-    g = torch.Generator(device=dev).manual_seed(tokens)
-    logits = torch.randn(tokens, 4, device=dev)
-    base = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
-            "RING_W": True, "NIB": True}
-    for extra in ({"CHAIN": True, "ROWS2": 1, "EPI_EARLY": 1}, {"CHAIN": True, "EPI_EARLY": 2},
-                  {"EPI_EARLY": 1}, {"BLOCK_M": 16, "STAGES": 2}):
-        cfg = {**base, **extra}
-        K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", W_EARLY=True, **cfg)  # compile outside
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            ye = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", W_EARLY=True, **cfg)
-        for rep in range(15):
-            logits.copy_(torch.randn(tokens, 4, generator=g, device=dev))
-            x.copy_(torch.randn(tokens, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
-            graph.replay()
-            y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg)
-            torch.cuda.synchronize()
-            assert torch.equal(ye, y), (extra, rep)
-
-
 def test_moe_mma_skipped_x_rows_are_bit_identical(device):
     """XSKIP zero-fills the x rows of a token tile past its expert's last position instead of copying the
     tile's first row into them: those rows' outputs are never stored and each token's column of the MMA is its
