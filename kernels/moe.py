@@ -553,7 +553,7 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
         p = tile_mxfp4(p, deinterleave=phase == 1)
     p = _nibbles(p, cfg)
     grid = _decode_grid(r, N, cfg["BLOCK_N"])
-    extra = reg_cap(cfg.get("MAXNREG")) if phase == 1 else {}
+    extra = reg_cap(cfg.get("MAXNREG") if phase == 1 else cfg.get("MAXNREG2"))
     if phase == 1 and inner and cfg.get("EARLY"):  # x16 from router_logits: route's launch came just before
         extra["EARLY"] = True
     if phase == 2 and cfg.get("EARLY") == 2:  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
@@ -629,7 +629,8 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], NIB=p2.shuffled,
                 num_warps=cfg["num_warps"], num_stages=1)
             return out
-        cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"]}  # mlp2's own row tile, when set
+        cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
+                "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
@@ -685,13 +686,19 @@ register(Variant(
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
 def _rule_h2g_combine(cfg, problem):
-    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time."""
+    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time; WARPS2 and MAXNREG2
+    shape the separate mlp2 launch it replaces (WARPS2 equal to num_warps would repeat a config)."""
     if cfg.get("TILED") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
     if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
         return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
+    for opt in ("WARPS2", "MAXNREG2"):
+        if cfg.get(opt) and cfg.get("COMBINE"):
+            return f"{opt} builds the separate mlp2 launch, which COMBINE=True fuses away: use COMBINE=False"
+    if cfg.get("WARPS2") is not None and cfg["WARPS2"] == cfg["num_warps"]:
+        return f"WARPS2={cfg['WARPS2']} equals num_warps (None repeats this config)"
     return None
 
 
@@ -711,12 +718,13 @@ def _rule_h2g_chain(cfg, problem):
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 8, 16, 32),
+           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
+           "MAXNREG2": (None, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False},
+              "EARLY": False, "WARPS2": None, "MAXNREG2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -730,7 +738,8 @@ register(Variant(
                 "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
-                "first weight tile during mlp1's tail",
+                "first weight tile during mlp1's tail; WARPS2, MAXNREG2: mlp2's own num_warps and register cap (with "
+                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""
