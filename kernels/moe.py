@@ -717,8 +717,9 @@ def _rule_h2g_chain(cfg, problem):
 
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
-           "num_warps": (2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4), "BLOCK_N2": (None, 4, 8, 16, 32),
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
+           "num_warps": (1, 2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4),
+           "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
            "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
            "MAXNREG2": (None, 64, 72)},

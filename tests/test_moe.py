@@ -503,14 +503,15 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
 
 
 def test_moe_h2g_own_mlp2_warps(device):
-    """WARPS2 and MAXNREG2 build mlp2 with its own num_warps and register cap (with BLOCK_N2, the one-token lm_head
-    leader's program shape: 4 rows, one warp): agrees with reference_moe, with CHAIN and EARLY=2 too; the rules
-    hold mlp2's build to the h2g word bounds and refuse a repeat or COMBINE."""
+    """WARPS2 and MAXNREG2 build mlp2 with its own num_warps and register cap (with BLOCK_N2 or BLOCK_N, the
+    one-token lm_head leader's program shape: 4 rows, one warp): agrees with reference_moe, with CHAIN and
+    EARLY=2 too; the rules hold mlp2's build to the h2g word bounds and refuse a repeat or COMBINE."""
     dw, x, r, ref = odd_layer(13, 3, 2, device)
     cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "NIB": True, "PREFETCH": True, "num_warps": 2}
     gpu_only = [{"WARPS2": 4, "CHAIN": True}] if device.type == "cuda" else []  # the interpreter has no warps
-    for extra in [{"BLOCK_N2": 4, "WARPS2": 1, "MAXNREG2": 64, "EARLY": 2}] + gpu_only:
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg, **extra)
+    for extra in [{"BLOCK_N2": 4, "WARPS2": 1, "MAXNREG2": 64, "EARLY": 2},
+                  {"BLOCK_N": 4, "num_warps": 1, "MAXNREG": 64, "BLOCK_N2": 16, "WARPS2": 2}] + gpu_only:
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **{**cfg, **extra})
         assert rel_err(y, ref) < TOL, extra
     v = K.VARIANTS["moe_h2g"]
     problem = {"op": "moe", "m": 3, "tokens": 3, "experts": 8, "top_k": 2, "n": 192, "k": 64}
