@@ -522,7 +522,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, WARPS2=None):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -538,8 +538,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
     stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
     interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves); WARPS2: mlp2's own num_warps (its row
-    tile is 16 * ROWS2 * WARPS2, as mlp1's). EPI_EARLY (WGMMA): the epilogue's loads
+    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
     issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
     token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
     first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). x16 (plane-major) is not used."""
@@ -558,8 +557,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "num_warps": WARPS2 or num_warps}, chain, need)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -608,16 +606,13 @@ def _rule_ring(cfg, problem):
 
 
 def _rule_rows2(cfg, problem):
-    """ROWS2 and WARPS2 build mlp2 with ROWS = ROWS2 and num_warps = WARPS2: that build is held to the register
-    and ring rules too; either equal to mlp1's would repeat the config without it."""
-    if cfg.get("ROWS2") is None and cfg.get("WARPS2") is None:
+    """ROWS2 builds mlp2 with ROWS = ROWS2: that build is held to the register and ring rules too; ROWS2 equal
+    to ROWS would repeat the config without it."""
+    if cfg.get("ROWS2") is None:
         return None
-    if cfg.get("ROWS2") == cfg["ROWS"]:
+    if cfg["ROWS2"] == cfg["ROWS"]:
         return f"ROWS2={cfg['ROWS2']} equals ROWS (None repeats this config)"
-    if cfg.get("WARPS2") == cfg["num_warps"]:
-        return f"WARPS2={cfg['WARPS2']} equals num_warps (None repeats this config)"
-    mlp2 = {**cfg, "ROWS": cfg.get("ROWS2") or cfg["ROWS"], "num_warps": cfg.get("WARPS2") or cfg["num_warps"],
-            "ROWS2": None, "WARPS2": None}
+    mlp2 = {**cfg, "ROWS": cfg["ROWS2"], "ROWS2": None}
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 
 
@@ -627,10 +622,10 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "WARPS2": (None, 4, 8)},
+           "XSKIP": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "WARPS2": None},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
