@@ -57,11 +57,19 @@ __all__ = [
 ]
 
 from .linear import mxfp4_linear, quantize_mxfp8_rows  # noqa: E402
-from .prepare import WEIGHT_LAYOUTS, PreparedMXFP4, prepare_mxfp4, shuffle_nibbles, tile_mxfp4  # noqa: E402
+from .prepare import (  # noqa: E402
+    HELD_LAYOUTS,
+    WEIGHT_LAYOUTS,
+    PreparedMXFP4,
+    in_layout,
+    prepare_mxfp4,
+    shuffle_nibbles,
+    tile_mxfp4,
+)
 from .variants import VARIANTS, Variant  # noqa: E402
 
 __all__ += ["mxfp4_linear", "quantize_mxfp8_rows", "PreparedMXFP4", "prepare_mxfp4", "shuffle_nibbles", "tile_mxfp4",
-            "WEIGHT_LAYOUTS", "VARIANTS", "Variant"]
+            "WEIGHT_LAYOUTS", "HELD_LAYOUTS", "in_layout", "VARIANTS", "Variant"]
 
 from .dequant import mxfp4_to_dense  # noqa: E402
 

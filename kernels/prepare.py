@@ -35,6 +35,8 @@ _CACHE_ATTR = "_prepared"
 
 #: The two weight layouts a kernel reads: "rows" (prepare_mxfp4) and "tiled" (tile_mxfp4).
 WEIGHT_LAYOUTS = ("rows", "tiled")
+#: ... and the four ways to hold a weight: each layout as is or as shuffle_nibbles' copy ("+nib", NIB configs).
+HELD_LAYOUTS = (*WEIGHT_LAYOUTS, *(f"{w}+nib" for w in WEIGHT_LAYOUTS))
 
 
 @dataclass(frozen=True)
@@ -172,3 +174,13 @@ def shuffle_nibbles(p) -> PreparedMXFP4:
                       p.scale_max, tiled=p.tiled, deinterleaved=p.deinterleaved, shuffled=True)
     object.__setattr__(p, "_shuffled", q)
     return q
+
+
+def in_layout(w, layout: str, deinterleave: bool = False):
+    """w held in one of HELD_LAYOUTS: "rows" leaves it as it is, "tiled" is tile_mxfp4(w, deinterleave) and "+nib"
+    shuffle_nibbles of either (made once and cached on w, like both). deinterleave: mlp1's w1, tiled only."""
+    if layout not in HELD_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {layout!r}")
+    if layout.startswith("tiled"):
+        w = tile_mxfp4(w, deinterleave=deinterleave)
+    return shuffle_nibbles(w) if layout.endswith("+nib") else w

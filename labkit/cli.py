@@ -317,7 +317,7 @@ def cmd_model_diverge(args) -> int:
 
 
 def _add_model_parser(sub) -> None:
-    from kernels import ROUNDINGS, WEIGHT_LAYOUTS
+    from kernels import HELD_LAYOUTS, ROUNDINGS
 
     from .model.backends import ATTENTION_BACKENDS, LM_HEAD_BACKENDS, MOE_BACKENDS
     from .model.config import PRESETS
@@ -345,9 +345,10 @@ def _add_model_parser(sub) -> None:
     p.add_argument("--lm-head", default="auto", choices=["auto", *LM_HEAD_BACKENDS],
                    help="lm_head backend (auto: mxfp4 kernel on a GPU, mxfp4-torch on a CPU)")
     p.add_argument("--rounding", default="floor", choices=list(ROUNDINGS), help="MXFP4 scale rule of the lm_head")
-    p.add_argument("--layout", default="rows", choices=list(WEIGHT_LAYOUTS),
+    p.add_argument("--layout", default="rows", choices=list(HELD_LAYOUTS),
                    help="weight layout of the MXFP4 kernels: rows (prepare_mxfp4) or tiled (tile_mxfp4, the TILED "
-                        "configs' auto tables); default rows")
+                        "configs' auto tables), each also as shuffle_nibbles' copy (+nib: the NIB configs' tables); "
+                        "default rows")
     p.add_argument("--profile-steps", type=int, default=3, help="eager decode steps under torch.profiler")
     p.add_argument("--nvtx", action="store_true", help="emit NVTX ranges (domain mxfp4lab) for Nsight Systems")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against the torch reference")

@@ -324,8 +324,10 @@ def test_weights_move_between_devices(weights):
 
 
 def test_backends_layout_is_checked_and_labelled_only_when_tiled():
-    with pytest.raises(ValueError, match="layout must be one of rows, tiled, got 'cols'"):
+    with pytest.raises(ValueError, match="layout must be one of rows, tiled, rows\\+nib, tiled\\+nib, got 'cols'"):
         Backends(layout="cols")
+    nib = Backends(moe="triton", lm_head="mxfp4", layout="tiled+nib")
+    assert nib.label() == "moe=triton,lm_head=mxfp4/floor,layout=tiled+nib" and nib.reference().layout == "rows"
     rows, tiled = (Backends(moe="triton", lm_head="mxfp4", layout=v) for v in ("rows", "tiled"))
     assert rows == Backends(moe="triton", lm_head="mxfp4")  # rows is the default
     assert rows.label() == "moe=triton,lm_head=mxfp4/floor"  # existing run labels unchanged
@@ -339,7 +341,9 @@ def test_expert_rows_undoes_tile_mxfp4():
     """The torch MoE reads tiled experts through expert_rows: the exact row-major bytes back, with rows (40
     gate/linear pairs) and K (96) that both need tile_mxfp4's padding."""
     w = random_mxfp4((3, 80, 96), seed=0, name="w", device="cpu")
-    for held in (tile_mxfp4(w, deinterleave=True), tile_mxfp4(w), prepare_mxfp4(w), w):
+    for held in (tile_mxfp4(w, deinterleave=True), tile_mxfp4(w), prepare_mxfp4(w), w,
+                 *(kernels.in_layout(w, f"{base}+nib", deinterleave=d) for base, d in
+                   (("rows", False), ("tiled", True), ("tiled", False)))):
         for e in range(3):
             got = expert_rows(held, e)
             assert got.layout == "openai" and got.shape == (80, 96)
@@ -367,6 +371,18 @@ def test_owned_weights_are_tiled_in_place_and_the_row_major_copy_freed(device):
     assert torch.equal(v.embedding, ref.embedding) and torch.equal(v.layers[1].b2, ref.layers[1].b2)
 
 
+def test_owned_weights_take_the_nib_layouts():
+    """Layouts rows+nib and tiled+nib hold shuffle_nibbles' copies of the (tiled) experts and lm_head weight; on
+    a GPU the model shuffles its own experts one weight at a time (the GPU tests run that route)."""
+    for layout in ("rows+nib", "tiled+nib"):
+        m = GptOss(CFG, synthetic_weights(CFG, seed=0), Backends(moe="triton", lm_head="mxfp4", layout=layout),
+                   own_weights=True)
+        tiled = layout.startswith("tiled")
+        assert all(lw.w1.shuffled and lw.w2.shuffled and lw.w1.tiled == tiled == lw.w1.deinterleaved
+                   for lw in m.weights.layers)
+        assert m.lm_head.q.shuffled and m.lm_head.q.tiled == tiled
+
+
 def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):
     """layout tiled: the triton MoE's w1 (deinterleaved), w2 and the mxfp4 lm_head are held tiled, in the
     model's own layer objects (the shared weights keep their row-major experts for other models), and prefill
@@ -380,16 +396,20 @@ def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):
     w = weights.to(device)
     t = tokens(1, 3, seed=7).to(device)
     out = {}
-    for layout in ("rows", "tiled"):
+    for layout in ("rows+nib", "rows", "tiled"):
         m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4", layout=layout))
         cache = m.new_cache(1, 4)
         first = m.prefill(t, cache)
         out[layout] = (first, m.decode_step(first.argmax(-1), cache)[1])
+        if layout == "rows+nib":  # NIB configs (auto's rows+nib tables), checked against the torch reference
+            parity = _parity_check(m, m.backends.reference(), t)
+            assert parity["layer0_max_rel_err"] <= PARITY_LAYER0_TOL and parity["top1_agree"] == 1.0
     assert all(isinstance(lw.w1, PreparedMXFP4) and lw.w1.tiled and lw.w1.deinterleaved and lw.w2.tiled
                and not lw.w2.deinterleaved for lw in m.weights.layers)
     assert isinstance(m.lm_head.q, PreparedMXFP4) and m.lm_head.q.tiled
     assert isinstance(w.layers[0].w1, kernels.MXFP4Tensor)  # the caller's weights are left row-major
-    for ref, got in zip(out["rows"], out["tiled"]):
-        assert ((got - ref).norm() / ref.norm()).item() < 1e-2
+    for layout in ("tiled", "rows+nib"):
+        for ref, got in zip(out["rows"], out[layout]):
+            assert ((got - ref).norm() / ref.norm()).item() < 1e-2, layout
     parity = _parity_check(m, m.backends.reference(), t)
     assert parity["layer0_max_rel_err"] <= PARITY_LAYER0_TOL and parity["top1_agree"] == 1.0

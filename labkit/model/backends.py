@@ -26,6 +26,8 @@ Weight layout of the MXFP4 kernels, chosen once when the model is built (kernels
                          Only the kernel backends read it: with moe="torch"/"torch-w4a8" or a bf16/mxfp4-torch
                          lm_head those parts stay as they are (the torch MoE reads tiled experts that a kernel
                          model shares with it, one expert untiled at a time: weights.expert_rows).
+           "rows+nib",   either, held as shuffle_nibbles' copy (kernels.in_layout): the NIB configs' auto tables
+           "tiled+nib"   (9 instead of 15 decode instructions per weight word); the same rules otherwise.
 
 Kernel functions are imported when a backend is built, so the model imports (and runs its torch backends)
 before the kernels exist.
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels import ROUNDINGS, WEIGHT_LAYOUTS, MXFP4Tensor, dequantize_mxfp4, quantize_mxfp4, tile_mxfp4
+from kernels import HELD_LAYOUTS, ROUNDINGS, MXFP4Tensor, dequantize_mxfp4, in_layout, quantize_mxfp4
 
 from .config import ModelConfig
 from .faults import TORCH_MOE_FAULTS
@@ -67,8 +69,8 @@ class Backends:
             raise ValueError(f"lm_head backend must be one of {', '.join(LM_HEAD_BACKENDS)}, got {self.lm_head!r}")
         if self.lm_head_rounding not in ROUNDINGS:
             raise ValueError(f"lm_head_rounding must be one of {', '.join(ROUNDINGS)}, got {self.lm_head_rounding!r}")
-        if self.layout not in WEIGHT_LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(WEIGHT_LAYOUTS)}, got {self.layout!r}")
+        if self.layout not in HELD_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {self.layout!r}")
 
     @property
     def graph_safe(self) -> bool:
@@ -78,7 +80,7 @@ class Backends:
     def label(self) -> str:
         rounding = f"/{self.lm_head_rounding}" if self.lm_head != "bf16" else ""
         attention = "attention=triton," if self.attention == "triton" else ""  # runs before it had torch attention
-        layout = ",layout=tiled" if self.layout == "tiled" else ""  # row-major runs keep their old labels
+        layout = f",layout={self.layout}" if self.layout != "rows" else ""  # row-major runs keep their old labels
         return f"{attention}moe={self.moe},lm_head={self.lm_head}{rounding}{layout}"
 
     def reference(self) -> Backends:
@@ -192,12 +194,12 @@ class TorchMXFP4LmHead:
 
 
 class TritonMXFP4LmHead:
-    """kernels.mxfp4_linear on the MXFP4 weight; tiled: only the tile_mxfp4 copy is kept (the row-major one,
+    """kernels.mxfp4_linear on the MXFP4 weight; in another layout only that copy is kept (the row-major one,
     and the prepare/tile caches on it, go with the temporary quantize_rows result)."""
 
-    def __init__(self, w: torch.Tensor, rounding: str, tiled: bool = False):
+    def __init__(self, w: torch.Tensor, rounding: str, layout: str = "rows"):
         self._linear = _import_kernel("mxfp4_linear", "mxfp4")
-        self.q = tile_mxfp4(quantize_rows(w, rounding)) if tiled else quantize_rows(w, rounding)
+        self.q = in_layout(quantize_rows(w, rounding), layout)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return self._linear(h, self.q)
@@ -208,4 +210,4 @@ def make_lm_head(backends: Backends, weight: torch.Tensor):
         return Bf16LmHead(weight)
     if backends.lm_head == "mxfp4-torch":
         return TorchMXFP4LmHead(weight, backends.lm_head_rounding)
-    return TritonMXFP4LmHead(weight, backends.lm_head_rounding, tiled=backends.layout == "tiled")
+    return TritonMXFP4LmHead(weight, backends.lm_head_rounding, layout=backends.layout)

@@ -10,7 +10,7 @@ Variants are written as specs: "ref" (torch attention and MoE, bf16 lm_head), "k
 moe_mxfp4, mxfp4_linear),
 a fault name (ref with that fault), or comma-separated items mixing those with key=value settings:
 attention=torch|triton, moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4,
-rounding=floor|ceil|rceil|even, layout=rows|tiled (weight layout of the MXFP4 kernels), e.g.
+rounding=floor|ceil|rceil|even, layout=rows|tiled|rows+nib|tiled+nib (weight layout of the MXFP4 kernels), e.g.
 "kernels,sinks_dropped", "kernels,layout=tiled" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
 """
 

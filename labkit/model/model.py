@@ -86,9 +86,10 @@ class GptOss:
         self.config = config
         self.backends = backends or Backends()
         self.weights = apply_weight_faults(weights, config.faults)
-        if self.backends.layout == "tiled" and self.backends.moe == "triton":
+        if self.backends.layout != "rows" and self.backends.moe == "triton":
             # new layer objects already when faults were applied: those are this model's own
-            self.weights = tile_experts(self.weights, in_place=own_weights or self.weights is not weights)
+            self.weights = tile_experts(self.weights, in_place=own_weights or self.weights is not weights,
+                                        layout=self.backends.layout)
         self.device = weights.device
         self.moe = make_moe(self.backends, config)
         self.lm_head = make_lm_head(self.backends, self.weights.unembedding)

@@ -265,7 +265,7 @@ def _percentile(xs: list[float], q: float) -> float:
 
 def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, seed: int = 0, device=None) -> GptOss:
     """A model with synthetic weights ('synthetic') or a checkpoint path on `device`. The model owns the
-    loaded weights, so layout "tiled" replaces the row-major experts in place (one copy held)."""
+    loaded weights, so a layout other than "rows" replaces the row-major experts in place (one copy held)."""
     cfg = get_config(model)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return GptOss(cfg, load_weights(cfg, weights, seed=seed, device=device), backends, own_weights=True)
@@ -278,8 +278,8 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
                    check: bool = True, attention: str = "auto", layout: str = "rows") -> ProfileResult:
     """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time.
 
-    layout: weight layout of the MXFP4 kernels, "rows" or "tiled" (Backends.layout), to measure end to end
-    what the tiled layout buys."""
+    layout: weight layout of the MXFP4 kernels, "rows", "tiled", "rows+nib" or "tiled+nib" (Backends.layout),
+    to measure end to end what a layout buys."""
     for name, v in (("batch", batch), ("prompt", prompt), ("decode", decode), ("profile_steps", profile_steps)):
         if v < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")

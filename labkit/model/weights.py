@@ -15,7 +15,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from kernels import E2M1_VALUES, MX_BLOCK, MXFP4Tensor, PreparedMXFP4, tile_mxfp4
+from kernels import E2M1_VALUES, MX_BLOCK, MXFP4Tensor, PreparedMXFP4, in_layout, shuffle_nibbles, tile_mxfp4
+from kernels.prepare import shuffle_words
 
 from .config import ModelConfig
 
@@ -166,27 +167,33 @@ def weights_from_named(config: ModelConfig, tensors: dict, source: dict[str, str
 
 
 # --------------------------------------------------------------------------------------------------------
-# Tiled experts (Backends.layout "tiled")
+# Experts held tiled and/or shuffled (Backends.layout other than "rows")
 
 
-def tile_experts(weights: Weights, *, in_place: bool = False) -> Weights:
-    """Weights whose experts are held in tile_mxfp4's layout: w1 deinterleaved (mlp1), w2 as is.
+def tile_experts(weights: Weights, *, in_place: bool = False, layout: str = "tiled") -> Weights:
+    """Weights whose experts are held in `layout` (kernels.in_layout; "tiled": tile_mxfp4's layout, w1
+    deinterleaved for mlp1, w2 as is; "+nib": shuffle_nibbles' copy of that or of the rows).
 
     in_place: the given Weights and LayerWeights get the tiled experts, so once the caller holds no other
     reference the row-major ones are freed (gpt-oss-120b's experts do not fit twice on an 80 GB GPU); on a
-    GPU this goes through host memory (_tile_through_host). Otherwise new LayerWeights are made and the
+    GPU tiling goes through host memory (_tile_through_host) and "+nib" shuffles there one weight at a time
+    (a copy the size of the weight it frees). Otherwise new LayerWeights are made and the
     caller's keep their row-major experts (which then also reach the tiled copies through the prepare_mxfp4 /
     tile_mxfp4 caches: both are held for as long as the caller keeps its weights). Already tiled experts are
     kept as they are.
     """
     if in_place and weights.device.type == "cuda":
-        _tile_through_host(weights)
+        if layout.startswith("tiled"):
+            _tile_through_host(weights)
+        if layout.endswith("+nib"):  # on the GPU, one weight at a time: each copy the size of the one it frees
+            for lw in weights.layers:
+                lw.w1, lw.w2 = shuffle_nibbles(lw.w1), shuffle_nibbles(lw.w2)
         return weights
     if not in_place:
         weights = dataclasses.replace(weights, layers=[dataclasses.replace(lw) for lw in weights.layers])
     for lw in weights.layers:
-        lw.w1 = tile_mxfp4(lw.w1, deinterleave=True)
-        lw.w2 = tile_mxfp4(lw.w2)
+        lw.w1 = in_layout(lw.w1, layout, deinterleave=True)
+        lw.w2 = in_layout(lw.w2, layout)
     return weights
 
 
@@ -229,6 +236,10 @@ def expert_rows(w: MXFP4Tensor | PreparedMXFP4, e: int) -> MXFP4Tensor:
         return w[e]
     N, K = w.shape[-2:]
     blocks, scales = w.blocks[e], w.scales[e]
+    if w.shuffled:  # shuffle_nibbles moved bits inside each word (shuffle_words): move them back first
+        words = w.words[e]
+        blocks = shuffle_words(words.reshape(-1, words.shape[-1]), inverse=True).view(torch.uint8)
+        blocks = blocks.reshape(w.blocks[e].shape)
     if w.tiled:  # [G, KC, 16, bytes per chunk] -> [G * 16, KC * bytes per chunk], then drop the padding
         blocks, scales = (t.transpose(-3, -2).reshape(t.shape[0] * t.shape[2], -1) for t in (blocks, scales))
         blocks, scales = blocks[:, :K // 2], scales[:, :K // MX_BLOCK]
