@@ -20,11 +20,7 @@ weight for prefill-sized batches unshuffled.
 
 from __future__ import annotations
 
-from .prepare import HELD_LAYOUTS
 from .variants import get_variant
-
-#: the layouts auto has tables for: the two a weight is held in, and each held as shuffle_nibbles' copy
-TABLE_LAYOUTS = HELD_LAYOUTS
 
 LINEAR_TABLE = [
     (1, "gemv", {"BLOCK_M": 1, "BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4}),

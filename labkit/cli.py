@@ -367,7 +367,7 @@ def _add_model_parser(sub) -> None:
 def cmd_table(args) -> int:
     """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
     import kernels.tables_measured as tm
-    from kernels.tables import TABLE_LAYOUTS
+    from kernels.prepare import HELD_LAYOUTS
 
     from .tables import TABLE_NAMES, derive_tables, regret, write_tables
 
@@ -377,7 +377,7 @@ def cmd_table(args) -> int:
         # an op not given, or a layout its runs never measured, keeps its current tables
         tables = {name: getattr(tm, name, None) for name in TABLE_NAMES.values()}
         for op, runs in (("linear", args.linear), ("moe", args.moe)):
-            for layout in TABLE_LAYOUTS if runs else ():
+            for layout in HELD_LAYOUTS if runs else ():
                 try:
                     tables[TABLE_NAMES[op, layout]] = derive_tables(runs, op, routing=args.routing, layout=layout)
                 except ValueError as e:
@@ -402,7 +402,7 @@ def cmd_table(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernels.tables import TABLE_LAYOUTS
+    from kernels.prepare import HELD_LAYOUTS
 
     parser = argparse.ArgumentParser(
         prog="labkit",
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tables-from", metavar="RUN", nargs="+",
                    help="derive the tables from these runs instead of the package's")
     t.add_argument("--routing", default="uniform")
-    t.add_argument("--layout", choices=TABLE_LAYOUTS, default="rows",
+    t.add_argument("--layout", choices=HELD_LAYOUTS, default="rows",
                    help="the weight layout whose tables are judged (default rows; tiled: tile_mxfp4's copy; "
                         "+nib: held as shuffle_nibbles' copy)")
     t.set_defaults(func=cmd_table)

@@ -159,12 +159,13 @@ def auto_picks(spec: dict, problem: dict) -> list[tuple[str, dict]]:
     """(variant, full config) that variant="auto" picks for `problem` with the weight in each layout the
     spec's `auto_picks` lists ("rows": prepare_mxfp4's, "tiled": tile_mxfp4's, "+nib": held as
     shuffle_nibbles' copy of either)."""
-    from kernels.tables import TABLE_LAYOUTS, pick_linear, pick_moe
+    from kernels.prepare import HELD_LAYOUTS
+    from kernels.tables import pick_linear, pick_moe
 
     out: list[tuple[str, dict]] = []
     for layout in spec.get("auto_picks", []):
-        if layout not in TABLE_LAYOUTS:
-            raise ValueError(f"spec: auto_picks lists weight layouts ({', '.join(TABLE_LAYOUTS)}), got {layout!r}")
+        if layout not in HELD_LAYOUTS:
+            raise ValueError(f"spec: auto_picks lists weight layouts ({', '.join(HELD_LAYOUTS)}), got {layout!r}")
         held = {"tiled": layout.startswith("tiled"), "shuffled": layout.endswith("+nib")}
         name, cfg = (pick_moe if problem.get("op") == "moe" else pick_linear)({**problem, **held})
         out.append((name, {**VARIANTS[name].defaults, **cfg}))  # _extras drops repeats

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernels.tables import TABLE_LAYOUTS
+from kernels.prepare import HELD_LAYOUTS
 
 from .results import BASELINES, read_runs
 
@@ -49,7 +49,7 @@ def runnable(variant: str, config: str) -> bool:
 
 
 TABLE_NAMES = {(op, layout): f"{op.upper()}_TABLES" + ("_TILED" if layout.startswith("tiled") else "")
-               + ("_NIB" if layout.endswith("+nib") else "") for op in ("linear", "moe") for layout in TABLE_LAYOUTS}
+               + ("_NIB" if layout.endswith("+nib") else "") for op in ("linear", "moe") for layout in HELD_LAYOUTS}
 
 
 def config_layout(config: str) -> str:
@@ -65,8 +65,8 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
     that read that weight layout)."""
-    if layout is not None and layout not in TABLE_LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(TABLE_LAYOUTS)}, got {layout!r}")
+    if layout is not None and layout not in HELD_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
@@ -87,7 +87,7 @@ def shape_key(op: str, row) -> tuple:
 
 
 def derive_tables(run_dir, op: str = "linear", routing: str = "uniform", layout: str = "rows") -> dict:
-    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe') and weight `layout` (TABLE_LAYOUTS);
+    """{"default": rows, shape key: rows} for `op` ('linear' or 'moe') and weight `layout` (HELD_LAYOUTS);
     MoE rows come from `routing` points."""
     df = _points(run_dir, op, layout)
     if op == "moe":

@@ -371,16 +371,20 @@ def test_owned_weights_are_tiled_in_place_and_the_row_major_copy_freed(device):
     assert torch.equal(v.embedding, ref.embedding) and torch.equal(v.layers[1].b2, ref.layers[1].b2)
 
 
-def test_owned_weights_take_the_nib_layouts():
+def test_owned_weights_take_the_nib_layouts(device):
     """Layouts rows+nib and tiled+nib hold shuffle_nibbles' copies of the (tiled) experts and lm_head weight; on
-    a GPU the model shuffles its own experts one weight at a time (the GPU tests run that route)."""
+    a GPU (this test on the device) the model converts its own experts in place, shuffling one weight at a time,
+    and the bytes read back through expert_rows are the row-major ones."""
+    ref = synthetic_weights(CFG, seed=0)
     for layout in ("rows+nib", "tiled+nib"):
-        m = GptOss(CFG, synthetic_weights(CFG, seed=0), Backends(moe="triton", lm_head="mxfp4", layout=layout),
-                   own_weights=True)
+        m = GptOss(CFG, synthetic_weights(CFG, seed=0, device=device),
+                   Backends(moe="triton", lm_head="mxfp4", layout=layout), own_weights=True)
         tiled = layout.startswith("tiled")
         assert all(lw.w1.shuffled and lw.w2.shuffled and lw.w1.tiled == tiled == lw.w1.deinterleaved
                    for lw in m.weights.layers)
         assert m.lm_head.q.shuffled and m.lm_head.q.tiled == tiled
+        got = expert_rows(m.weights.layers[1].w1, 2)
+        assert torch.equal(got.blocks.cpu(), ref.layers[1].w1[2].blocks)
 
 
 def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):

@@ -21,7 +21,7 @@ Weight layout of the MXFP4 kernels, chosen once when the model is built (kernels
            "tiled"       tile_mxfp4: the triton MoE's w1 (deinterleave=True) and w2 and the mxfp4 lm_head's weight
                          are held tiled, and moe_mxfp4 / mxfp4_linear pick from the TILED configs' auto tables.
                          The model holds one copy: its layers get the tiled experts, not the row-major ones
-                         (weights.tile_experts; in place when the model owns its weights, GptOss(own_weights=True)
+                         (weights.experts_in_layout; in place when the model owns its weights, GptOss(own_weights=True)
                          as profile.load_model builds it, on a GPU through host memory).
                          Only the kernel backends read it: with moe="torch"/"torch-w4a8" or a bf16/mxfp4-torch
                          lm_head those parts stay as they are (the torch MoE reads tiled experts that a kernel

@@ -26,7 +26,7 @@ from .config import ModelConfig
 from .faults import apply_weight_faults
 from .moe import dense_gates
 from .nvtx_ranges import rng
-from .weights import Weights, tile_experts
+from .weights import Weights, experts_in_layout
 
 #: A hook receives (layer or None for model-level outputs, component name, tensor).
 Hook = Callable[[int | None, str, torch.Tensor], None]
@@ -72,11 +72,11 @@ class GptOss:
     Weight faults in config.faults are applied here (as a buggy loader would have); the caller's weights are
     not modified, so one Weights object can serve a correct and a faulty model side by side.
 
-    Layout "tiled" with the triton MoE: the experts are tiled here, once (weights.tile_experts), into the
-    model's own LayerWeights, so the caller's (and any reference model built over them) keep row-major
-    experts; own_weights=True says the caller hands its weights over and holds no other reference, and then
-    they are tiled in place, so only one copy of the experts is ever held on the GPU (profile.load_model; on a
-    GPU through host memory, see weights._tile_through_host).
+    A layout other than "rows" with the triton MoE: the experts are tiled and/or shuffled here, once
+    (weights.experts_in_layout), into the model's own LayerWeights, so the caller's (and any reference model
+    built over them) keep row-major experts; own_weights=True says the caller hands its weights over and holds
+    no other reference, and then they are converted in place, so only one copy of the experts is ever held on
+    the GPU (profile.load_model; tiling on a GPU goes through host memory, see weights._tile_through_host).
     A reference built over this model's weights (GptOss(m.config, m.weights, ...), profile's parity check)
     shares the tiled experts; the torch MoE reads them one expert at a time (weights.expert_rows).
     """
@@ -88,8 +88,8 @@ class GptOss:
         self.weights = apply_weight_faults(weights, config.faults)
         if self.backends.layout != "rows" and self.backends.moe == "triton":
             # new layer objects already when faults were applied: those are this model's own
-            self.weights = tile_experts(self.weights, in_place=own_weights or self.weights is not weights,
-                                        layout=self.backends.layout)
+            self.weights = experts_in_layout(self.weights, self.backends.layout,
+                                             in_place=own_weights or self.weights is not weights)
         self.device = weights.device
         self.moe = make_moe(self.backends, config)
         self.lm_head = make_lm_head(self.backends, self.weights.unembedding)

@@ -52,7 +52,7 @@ class LayerWeights:
     mlp_norm: torch.Tensor  # [H] fp32
     gate_w: torch.Tensor  # [E, H] bf16 (router)
     gate_b: torch.Tensor  # [E] bf16
-    w1: MXFP4Tensor  # [E, 2I, H] (a tiled PreparedMXFP4 in a model built with layout "tiled": tile_experts)
+    w1: MXFP4Tensor  # [E, 2I, H] (a PreparedMXFP4 in a model built with another layout: experts_in_layout)
     b1: torch.Tensor  # [E, 2I] fp32
     w2: MXFP4Tensor  # [E, H, I] (likewise)
     b2: torch.Tensor  # [E, H] fp32
@@ -170,7 +170,7 @@ def weights_from_named(config: ModelConfig, tensors: dict, source: dict[str, str
 # Experts held tiled and/or shuffled (Backends.layout other than "rows")
 
 
-def tile_experts(weights: Weights, *, in_place: bool = False, layout: str = "tiled") -> Weights:
+def experts_in_layout(weights: Weights, layout: str, *, in_place: bool = False) -> Weights:
     """Weights whose experts are held in `layout` (kernels.in_layout; "tiled": tile_mxfp4's layout, w1
     deinterleaved for mlp1, w2 as is; "+nib": shuffle_nibbles' copy of that or of the rows).
 
