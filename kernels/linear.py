@@ -422,10 +422,8 @@ def _rule_mma_registers(cfg, problem):
     builds spill. WGMMA keeps no x in registers (kernels.linear_mma.wgmma_reason)."""
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
-    if cfg.get("STAGES", 3) != 3 or cfg.get("RING_W") or cfg.get("TMA"):
-        return "STAGES (the x ring), RING_W and TMA apply only with WGMMA"
-    if cfg.get("EARLY") and not cfg["PREFETCH"]:
-        return "EARLY (mma.sync) loads PREFETCH's first step before the PDL wait: it needs PREFETCH=True"
+    if cfg.get("STAGES", 3) != 3 or cfg.get("RING_W") or cfg.get("TMA") or cfg.get("EARLY"):
+        return "STAGES (the x ring), RING_W, TMA and EARLY apply only with WGMMA"
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 210:
@@ -449,9 +447,9 @@ register(Variant(
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
-                "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too); EARLY: the "
-                "first weight copies (TMA) or loads (mma.sync with PREFETCH) before the PDL wait; NIB: reads "
-                "shuffle_nibbles' copy (9 decode instructions per word, not 15)",
+                "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
+                "first copies before the PDL wait); NIB: reads shuffle_nibbles' copy (9 decode instructions per "
+                "word, not 15)",
 ))
 register(Variant(
     name="mma", kind="gemm", op="linear", fn=_run_mma,

@@ -213,11 +213,9 @@ if gluon is not None:
     def _mma_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                     HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
                     PREFETCH: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr, LX: gl.constexpr,
-                    MMA: gl.constexpr, NIB: gl.constexpr, EARLY: gl.constexpr = False):
-        """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked.
-        EARLY (with PREFETCH): the first step's weights are loaded before the PDL wait (no kernel writes them)."""
-        if not EARLY:
-            _g_pdl_enter()
+                    MMA: gl.constexpr, NIB: gl.constexpr):
+        """Rows past N and tokens past M are clamped (computed, never stored); only the K tail is masked."""
+        _g_pdl_enter()
         pid_n = gl.program_id(0)
         pid_m = gl.program_id(1)
         KW = K // 8
@@ -243,8 +241,6 @@ if gluon is not None:
             n = gl.minimum(full, 1)
             v_next = gl.load(w_ptr + wofs, mask=group < n * STEP, other=0)
             s_next = gl.load(s_ptr + sofs, mask=block < n * (STEP // 4), other=0)
-            if EARLY:
-                _g_pdl_enter()
         for c in range(0, full):
             if PREFETCH:
                 v = v_next
@@ -696,8 +692,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs; without WGMMA (with
-    PREFETCH) the first step's weight loads are, as gemv_h2g's EARLY does."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -725,6 +720,6 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, EARLY=EARLY, num_warps=num_warps,
+        _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,
                           **reg_cap(MAXNREG), **pdl_launch(inner=True))
     return y

@@ -409,43 +409,6 @@ def test_gemv_mma_tma_rule():
     assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
 
 
-def test_gemv_mma_sync_early_rule():
-    """Off wgmma, EARLY loads PREFETCH's first step before the PDL wait: refused without PREFETCH."""
-    v = LINEAR["gemv_mma"]
-    prob = {"m": 1, "n": 256, "k": 512}
-    cfg = {**v.defaults, "BLOCK_M": 8, "ROWS": 1, "num_warps": 1, "PREFETCH": True, "EARLY": True}
-    assert v.reason(cfg, prob) is None
-    assert "PREFETCH" in v.reason({**cfg, "PREFETCH": False}, prob)
-
-
-def test_gemv_mma_sync_early_matches_reference():
-    """EARLY with mma.sync, one-warp programs: the interpreter's twin (which has no PDL wait) gives the
-    reference's result, as every config does; the GPU test below checks the compiled build's bits."""
-    x, w, b, ref = make(3, 100, 320, seed=21, dev="cpu")
-    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", BLOCK_M=8, ROWS=1, CHUNKS=1, num_warps=1, PREFETCH=True,
-                       EARLY=True, NIB=True, TILED=True)
-    assert rel_err(y, ref) < tol("gemv_mma")
-
-
-@pytest.mark.gpu
-def test_gemv_mma_sync_early_and_cap_are_bit_identical():
-    """mma.sync with EARLY (the first step's weights loaded before the PDL wait) and register caps gives the
-    plain build's bits, under a CUDA graph too. Only compiled kernels have a cap and a PDL wait."""
-    m, n, k = 3, 4000, 2880
-    x, _, b, _ = make(m, n, k, seed=9, dev="cuda")
-    w = wide_span_weight(n, k, seed=10, dev="cuda")
-    cfg = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 1, "NIB": True, "TILED": True, "PREFETCH": True}
-    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-    for cap in (64, 80):
-        assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", MAXNREG=cap, **cfg), y), cap
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        ye = K.mxfp4_linear(x, w, b, variant="gemv_mma", MAXNREG=64, EARLY=True, **cfg)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(ye, y)
-
-
 @pytest.mark.gpu
 def test_timing_sanity_bigger_is_slower():
     from labkit.bench import time_calls
