@@ -23,7 +23,7 @@ import torch
 
 from ._triton import pdl_enter, pdl_launch, reg_cap, tl, triton
 from .linear_f16 import plane_words, x16_row
-from .moe import MoESlots, _program_rows, act16_scale, h2g_tile
+from .moe import MoESlots, _nibbles, _program_rows, act16_scale, h2g_tile
 from .prepare import tile_mxfp4
 from .sync import scratch, signal_count, take_ticket, wait_count
 from .variants import (
@@ -42,7 +42,7 @@ def _moe_fused_kernel(x_ptr, x16_ptr, xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_
                       T, S, H, N1, TOPK, alpha, limit, act_scale, PLANE_X, PLANE_A, w1_stride_e, s1_stride_e,
                       w2_stride_e, s2_stride_e, X16: tl.constexpr, COMBINE: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_X: tl.constexpr,
-                      BLOCK_H: tl.constexpr, TILED: tl.constexpr, PREFETCH: tl.constexpr):
+                      BLOCK_H: tl.constexpr, TILED: tl.constexpr, PREFETCH: tl.constexpr, NIB: tl.constexpr = False):
     """One work item per program (module docstring). ctr_ptr: [ticket, x rows done, mlp1 tiles done per sorted
     position (S), mlp2 tiles done per sorted position (S)]. x16_ptr/xq_ptr and act16_ptr/actq_ptr are fp16 and
     int32 views of the same buffers (stores in fp16, h2g_step reads words)."""
@@ -69,7 +69,7 @@ def _moe_fused_kernel(x_ptr, x16_ptr, xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_
             h2g_tile(e, i, rm, mmask, (j - n_x) % tiles1, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w1_ptr, s1_ptr,
                      b1_ptr, gate_ptr, act16_ptr, N1, H, TOPK, alpha, limit, act_scale, PLANE_X, PLANE_A,
                      w1_stride_e, s1_stride_e, 1, BLOCK_M, BLOCK_N, BLOCK_K, 1, TILED, TILED, PREFETCH, cnt_x,
-                     (launch + 1) * T, X16)
+                     (launch + 1) * T, X16, NIB)
         signal_count(cnt1 + i)
     elif j < n2:  # mlp2: N tile of sorted position i, once its chunk's act rows are all written
         i = (j - n1) // tiles2
@@ -78,7 +78,7 @@ def _moe_fused_kernel(x_ptr, x16_ptr, xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_
             h2g_tile(e, i, rm, mmask, (j - n1) % tiles2, actq_ptr, xs_ptr, sorted_ptr, offs_ptr, w2_ptr, s2_ptr,
                      b2_ptr, gate_ptr, y_ptr, H, N1 // 2, TOPK, alpha, limit, act_scale, PLANE_A, 0,
                      w2_stride_e, s2_stride_e, 2, BLOCK_M, BLOCK_N2, BLOCK_K, 1, TILED, False, PREFETCH, cnt1 + i,
-                     (launch + 1) * tiles1, True)
+                     (launch + 1) * tiles1, True, NIB)
         signal_count(cnt2 + i)
     else:  # combine: H tile of token t, the sum of its k gate-weighted mlp2 rows
         q = j - n2
@@ -111,6 +111,7 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
         return out
     if cfg["TILED"]:
         p1, p2 = tile_mxfp4(p1, deinterleave=True), tile_mxfp4(p2)
+    p1, p2 = _nibbles(p1, cfg), _nibbles(p2, cfg)
     if x16 is None:
         xq = torch.empty((T, 8 * plane_words(H)), device=x.device, dtype=torch.float16)
         xs = torch.empty((T,), device=x.device, dtype=torch.float32)
@@ -128,6 +129,7 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
         p1.scales.stride(0), p2.words.stride(0), p2.scales.stride(0), X16=x16 is None, COMBINE=combine,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, BLOCK_N2=bn2, BLOCK_K=cfg["BLOCK_K"],
         BLOCK_X=min(1024, triton.next_power_of_2(H)), BLOCK_H=bh, TILED=p1.tiled, PREFETCH=cfg["PREFETCH"],
+        NIB=p1.shuffled,
         num_warps=cfg["num_warps"],
         num_stages=1, **reg_cap(cfg["MAXNREG"]), **pdl_launch())
     return out if combine else MoESlots(y, r.inverse, r.top_k)
@@ -135,14 +137,15 @@ def _run_moe_fused(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *
 
 register(Variant(
     name="moe_fused", kind="moe", op="moe", fn=_run_moe_fused,
-    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64), "BLOCK_N2": (None, 8, 16, 32),
-           "BLOCK_K": (256, 512, 1024, 2048), "num_warps": (2, 4, 8), "TILED": (False, True),
-           "MAXNREG": (None, 80), "PREFETCH": (False, True)},
+    space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64), "BLOCK_N2": (None, 4, 8, 16, 32),
+           "BLOCK_K": (256, 512, 1024, 2048), "num_warps": (1, 2, 4, 8), "TILED": (False, True),
+           "MAXNREG": (None, 64, 72, 80), "PREFETCH": (False, True), "NIB": (False, True)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 8, "BLOCK_K": 1024, "num_warps": 4, "TILED": False,
-              "MAXNREG": None, "PREFETCH": False},
+              "MAXNREG": None, "PREFETCH": False, "NIB": False},
     rules=(rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_N2", "BLOCK_K", "num_warps"), rule_h2g_words,
            rule_scale_window(0, 253), rule_tiled_k),
     description="decode in one launch: moe_h2g's mlp1 and mlp2 plus the fp16 conversion and the combine as "
                 "stages of one grid chained by device counters, so mlp2 streams its weights during mlp1's tail; "
-                "MAXNREG caps registers per thread (waiting with a weight tile loaded costs ~16 more than moe_h2g)",
+                "MAXNREG caps registers per thread (waiting with a weight tile loaded costs ~16 more than moe_h2g); "
+                "NIB: reads shuffle_nibbles' copies (as moe_h2g)",
 ))

@@ -706,6 +706,8 @@ def test_moe_tc_numerics_rules():
     {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_N2": 16, "BLOCK_K": 64, "num_warps": 1, "TILED": False,
      "PREFETCH": True},  # mlp2 K tail
     {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": None, "BLOCK_K": 128, "num_warps": 2, "TILED": True},  # K < BLOCK_K
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 8, "BLOCK_K": 64, "num_warps": 1, "TILED": False, "PREFETCH": True,
+     "NIB": True},  # on shuffle_nibbles' copies (4-row tiles on the GPU test: the interpreter takes minutes)
 ])
 @pytest.mark.parametrize("x16_given", [False, True])
 def test_moe_fused_is_moe_h2g_in_one_launch(cfg, x16_given, layer, device):
@@ -760,7 +762,8 @@ def test_moe_fused_counters_are_not_shared_by_calls_that_signal_differently():
 def test_moe_fused_many_calls_in_a_row_on_the_gpu():
     """On the GPU moe_fused's stages do run at the same time and wait on each other: 60 calls queued without a
     sync (1 to 16 tokens, x16 given or not, combined or not), their counters counting on across calls, each
-    give moe_h2g's bits. Thousands of programs per call, so mlp2 programs start while mlp1's still run."""
+    give moe_h2g's bits. Thousands of programs per call, so mlp2 programs start while mlp1's still run; every
+    other call in moe_h2g's one-token leader shape (4-row one-warp tiles, NIB, registers capped)."""
     from kernels.linear_f16 import x_to_f16
 
     e, h, i, k = 16, 1024, 1024, 4
@@ -768,18 +771,22 @@ def test_moe_fused_many_calls_in_a_row_on_the_gpu():
     w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, device="cuda", generator=g) * 0.05)
     w2 = K.quantize_mxfp4(torch.randn(e, h, i, device="cuda", generator=g) * 0.05)
     b1, b2 = torch.randn(e, 2 * i, device="cuda") * 0.1, torch.randn(e, h, device="cuda") * 0.1
-    cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 8, "BLOCK_K": 512, "num_warps": 4}
+    cfgs = ({"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_N2": 8, "BLOCK_K": 512, "num_warps": 4},
+            {"BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_N2": 4, "BLOCK_K": 1024, "num_warps": 1, "PREFETCH": True,
+             "NIB": True, "MAXNREG": 64})  # moe_h2g's one-token leader shape
     runs = []
     for n in range(60):
+        cfg = cfgs[n % 2]
         t = 1 + n % 16
         x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
         r = K.route(torch.randn(t, e, device="cuda"), k)
         x16 = x_to_f16(x, planes=True) if n % 3 == 0 else None
         combine = n % 5 != 0
         got = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_fused", x16=x16, combine=combine, **cfg)
-        runs.append((x, r, got if combine else got.rows, combine))
-    for x, r, got, combine in runs:
-        want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=combine, **cfg)
+        runs.append((x, r, got if combine else got.rows, combine, cfg))
+    for x, r, got, combine, cfg in runs:
+        h2g = {k: v for k, v in cfg.items() if k != "MAXNREG"}  # a cap changes no bits (gemv_h2g's test)
+        want = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", combine=combine, **h2g)
         assert torch.equal(got, want if combine else want.rows)
 
 
