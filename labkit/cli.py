@@ -155,12 +155,17 @@ def cmd_targets(args) -> int:
         ceil = "; ".join(f"{g}: {c['read_gbps']:.0f} GB/s read, {c['bf16_tflops']:.0f} TFLOP/s bf16"
                          for g, c in judged.attrs["ceilings"].items())
         print(f"floors against the highest ceilings measured by the {judged.attrs['runs']} runs ({ceil})")
-        show = judged.assign(value=judged["value"].map(lambda v: "" if pd.isna(v) else f"{v:.0%}"),
+        pct = lambda v: "" if pd.isna(v) else f"{v:.0%}"  # noqa: E731
+        show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              goal=judged["goal"].map("{:.0%}".format),
                              met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}))
+        print("value: the best single measurement; median: the best median of any config measured at least twice "
+              "there (n: its measurements over runs and rounds)")
         for name, g in show.groupby("target", sort=False):
             print(f"\n{name}")
-            print(g.drop(columns=["target", "issue", "config", "runs"]).to_string(index=False, float_format="%.1f"))
+            g = g.rename(columns={"repeats": "n"})[["problem", "m", "goal", "variant", "us", "value", "median", "n",
+                                                    "met", "run_id"]]
+            print(g.to_string(index=False, float_format="%.1f"))
         print()
         print(summary(judged).to_string(index=False))
     if args.chart:
@@ -492,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("targets", help="the speed targets (DESIGN.md) judged against measured runs: met or "
-                                       "missed, by how much (exit status 1 while any is missed)")
+                                       "missed, by how much, and whether a repeated config's median holds it "
+                                       "(exit status 1 while any is missed)")
     p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
     p.add_argument("--gpu", help="substring of the GPU name to judge (default: the newest GPU run's)")
     p.add_argument("--markdown", action="store_true", help="print one Markdown table")
