@@ -630,6 +630,8 @@ def wgmma_reason(cfg: dict) -> str | None:
     xs = cfg.get("XSTAGES")
     if xs is not None and cfg.get("TMA") != 2:
         return "XSTAGES is the depth of x's own TMA ring (it needs TMA=2)"
+    if xs is not None and xs < 2:
+        return f"XSTAGES={xs}: x's ring needs at least 2 slots (a step's box is issued one step ahead)"
     if xs is not None and xs == cfg["STAGES"]:
         return f"XSTAGES={xs} equals STAGES (None repeats this config)"
     need = c * ((xs or cfg["STAGES"]) * cfg["BLOCK_M"] * 256

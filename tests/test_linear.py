@@ -356,7 +356,7 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, **cfg), y), cfg
-        for xs in {1, 2, cfg["STAGES"] + 1} - {cfg["STAGES"]}:  # x on a ring of its own, shallower or deeper
+        for xs in {2, 3, cfg["STAGES"] + 1} - {cfg["STAGES"]}:  # x on a ring of its own, shallower or deeper
             assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, XSTAGES=xs, **cfg), y), (cfg, xs)
         for tma, xs in ((True, None), (2, None), (2, 2 if cfg["STAGES"] != 2 else 3)):
             g = torch.cuda.CUDAGraph()
@@ -421,6 +421,7 @@ def test_gemv_mma_xstages_rule():
     assert v.reason(cfg, prob) is None  # 5 x 8.5 KB of weights + 2 x 16 KB of x
     assert "TMA=2" in v.reason({**cfg, "TMA": True}, prob)
     assert "equals STAGES" in v.reason({**cfg, "XSTAGES": 5}, prob)
+    assert "at least 2" in v.reason({**cfg, "XSTAGES": 1}, prob)  # issued after the wait for it: a deadlock
     assert "shared memory" in v.reason({**cfg, "STAGES": 8, "XSTAGES": 8 - 1, "BLOCK_M": 128, "ROWS": 1}, prob)
 
 
