@@ -439,16 +439,15 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2, 4), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 64, 72, 80, 88, 96, 128, 168),
            "WGMMA": (False, True),
-           "STAGES": (2, 3, 4, 5, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
-           "EARLY": (False, True), "XSTAGES": (None, 2, 3, 4)},
+           "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
+           "EARLY": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False,
-              "EARLY": False, "XSTAGES": None},
+              "EARLY": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
-                "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too, XSTAGES: x's "
-                "own ring depth; EARLY: TMA's "
+                "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
                 "first copies before the PDL wait); NIB: reads shuffle_nibbles' copy (9 decode instructions per "
                 "word, not 15)",
 ))

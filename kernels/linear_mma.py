@@ -398,12 +398,10 @@ if gluon is not None:
         tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
 
     @gluon.jit
-    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, EXPECT: gl.constexpr = 0):
+    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
-        mbarrier (EXPECT: x's own ring, XSTAGES, whose barrier expects the box's bytes here)."""
+        mbarrier."""
         slot = c % STAGES
-        if EXPECT:
-            mbarrier.expect(bars.index(slot), EXPECT, pred=c < steps)
         tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
                                         pred=c < steps)
 
@@ -422,7 +420,7 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, XSTAGES: gl.constexpr = 0):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -436,9 +434,7 @@ if gluon is not None:
         tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
-        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma).
-        XSTAGES (with XT): x in a ring of its own, XSTAGES slots on mbarriers of their own, so the weights' ring
-        can run deeper than x's (x comes from L2; at 64 tokens an x slot is twice a weight slot)."""
+        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -447,26 +443,16 @@ if gluon is not None:
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(bars.index(q), count=1)
-        SPLIT: gl.constexpr = XT and XSTAGES > 0  # x on a ring of its own
-        XS: gl.constexpr = XSTAGES if SPLIT else STAGES
-        if SPLIT:
-            xbars = gl.allocate_shared_memory(gl.int64, [XS, 1], mbarrier.MBarrierLayout())
-            for q in gl.static_range(XS):
-                mbarrier.init(xbars.index(q), count=1)
-        else:
-            xbars = bars
         fence_async_shared()
         gl.thread_barrier()
-        XBOX: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0  # bytes of a step's x box
-        XBYTES: gl.constexpr = 0 if SPLIT else XBOX  # what the weights' barrier expects of x
-        if EARLY or SPLIT:  # EARLY: the first steps' weights before the PDL wait (no kernel writes them), x after it
+        XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
+        if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES)
-            if EARLY:
-                _g_pdl_enter()
-            for q in gl.static_range(XS - 1):
+            _g_pdl_enter()
+            for q in gl.static_range(STAGES - 1):
                 if XT:
-                    _g_tma_x(xsm, xbars, xdesc, m0, q, steps, STEP, XS, XBOX if SPLIT else 0)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
         else:
@@ -481,30 +467,21 @@ if gluon is not None:
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
             mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
-            if SPLIT:
-                mbarrier.wait(xbars.index(c % XS), (c // XS) & 1)  # step c's x landed
             if not XT:
                 fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            if SPLIT:  # step c - 1's slots of both rings are free (the barrier above): refill them
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c + STAGES - 1, steps, STEP, STAGES)
-                _g_tma_x(xsm, xbars, xdesc, m0, c + XS - 1, steps, STEP, XS, XBOX)
-            else:
-                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps,
-                             STEP, STAGES, XT)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                         STAGES, XT)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                xsm.index(c % XS).permute((1, 0)), acc, is_async=True)
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
         if not XT:
             async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(q))
-        if SPLIT:
-            for q in gl.static_range(XS):
-                mbarrier.invalidate(xbars.index(q))
         return acc
 
     @gluon.jit
@@ -527,18 +504,16 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, XSTAGES: gl.constexpr = 0):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA).
-        XSTAGES (TMA=2): x's ring depth, when it differs from the weights'."""
-        XS: gl.constexpr = XSTAGES if (TMA == 2 and XSTAGES > 0) else STAGES
-        xsm = gl.allocate_shared_memory(gl.float16, [XS, BLOCK_M, 128 * CHUNKS], SX)
+        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA)."""
+        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, XSTAGES)
+                                 A_L, SW, NIB, EARLY, TMA == 2)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -558,7 +533,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, XSTAGES: gl.constexpr = 0):
+                   EARLY: gl.constexpr):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -571,7 +546,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, XSTAGES)
+                            xdesc, pid_m * BLOCK_M)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -627,15 +602,7 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
-    xs = cfg.get("XSTAGES")
-    if xs is not None and cfg.get("TMA") != 2:
-        return "XSTAGES is the depth of x's own TMA ring (it needs TMA=2)"
-    if xs is not None and xs < 2:
-        return f"XSTAGES={xs}: x's ring needs at least 2 slots (a step's box is issued one step ahead)"
-    if xs is not None and xs == cfg["STAGES"]:
-        return f"XSTAGES={xs} equals STAGES (None repeats this config)"
-    need = c * ((xs or cfg["STAGES"]) * cfg["BLOCK_M"] * 256
-                + cfg["STAGES"] * (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
+    need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
     if need > SHARED_BYTES:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
@@ -713,7 +680,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, XSTAGES=None):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -725,8 +692,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. XSTAGES (TMA=2): x's
-    boxes in a ring of XSTAGES slots of their own (None: x shares the weights' STAGES slots)."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -751,8 +717,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, XSTAGES=XSTAGES or 0, num_warps=num_warps, **reg_cap(MAXNREG),
-                               **pdl_launch(inner=True))
+                               EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,

@@ -345,7 +345,7 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
     """TMA copies the same words and scale bytes into the same ring slots as RING_W's cp.async copies (a box
     per step; groups past the weight read as zeros): bit-identical, under a CUDA graph too (the descriptors
     are kernel parameters, made once per weight; there with EARLY, the first copies before the PDL wait);
-    TMA=2 copies x's rows by TMA too (rows past M read as zeros), with XSTAGES on a ring of their own.
+    TMA=2 copies x's rows by TMA too (rows past M read as zeros).
     Only compiled kernels have it (the interpreter's twin ignores it), hence GPU only."""
     x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 1, dev="cuda")
@@ -356,15 +356,13 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=True, **cfg), y), cfg
         assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, **cfg), y), cfg
-        for xs in {2, 3, cfg["STAGES"] + 1} - {cfg["STAGES"]}:  # x on a ring of its own, shallower or deeper
-            assert torch.equal(K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=2, XSTAGES=xs, **cfg), y), (cfg, xs)
-        for tma, xs in ((True, None), (2, None), (2, 2 if cfg["STAGES"] != 2 else 3)):
+        for tma in (True, 2):
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, EARLY=True, XSTAGES=xs, **cfg)
+                yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TMA=tma, EARLY=True, **cfg)
             g.replay()
             torch.cuda.synchronize()
-            assert torch.equal(yg, y), (cfg, tma, xs)
+            assert torch.equal(yg, y), (cfg, tma)
 
 
 @pytest.mark.gpu
@@ -409,20 +407,6 @@ def test_gemv_mma_tma_rule():
     assert "WGMMA" in v.reason({**v.defaults, "TMA": True}, prob)
     assert "TMA" in v.reason({**ring, "EARLY": True}, prob)
     assert v.reason({**ring, "TMA": True, "EARLY": True}, prob) is None
-
-
-def test_gemv_mma_xstages_rule():
-    """XSTAGES is the depth of x's own TMA ring: refused without TMA=2 and when equal to STAGES; the shared
-    memory check counts x's slots at XSTAGES and the weights' at STAGES."""
-    v = LINEAR["gemv_mma"]
-    prob = {"m": 64, "n": 201088, "k": 2880}
-    cfg = {**v.defaults, "BLOCK_M": 64, "ROWS": 2, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2,
-           "NIB": True, "STAGES": 5, "XSTAGES": 2}
-    assert v.reason(cfg, prob) is None  # 5 x 8.5 KB of weights + 2 x 16 KB of x
-    assert "TMA=2" in v.reason({**cfg, "TMA": True}, prob)
-    assert "equals STAGES" in v.reason({**cfg, "XSTAGES": 5}, prob)
-    assert "at least 2" in v.reason({**cfg, "XSTAGES": 1}, prob)  # issued after the wait for it: a deadlock
-    assert "shared memory" in v.reason({**cfg, "STAGES": 8, "XSTAGES": 8 - 1, "BLOCK_M": 128, "ROWS": 1}, prob)
 
 
 @pytest.mark.gpu
