@@ -222,8 +222,9 @@ def markdown(judged: pd.DataFrame) -> str:
 
 
 def targets_chart(judged: pd.DataFrame):
-    """Each target's best measured value against tokens, one line per problem, the goal as a dashed step:
-    where the lab stands and how far the misses are, at a glance."""
+    """Each target's best measured value against tokens, one line per problem (hollow markers: the best median
+    of a config measured at least twice), the goal as a dashed step: where the lab stands and how far the
+    misses are, at a glance."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -244,12 +245,22 @@ def targets_chart(judged: pd.DataFrame):
                                      hovertemplate="%{x} tokens: %{y:.0%}<br>%{customdata[0]}, %{customdata[1]:.1f} us"
                                                    "<br>%{customdata[2]}<extra>" + problem + "</extra>"),
                           row=r, col=c)
+            q = p[p["median"].notna()]  # the best repeated config's median: hollow markers under the best
+            fig.add_trace(go.Scatter(x=q["m"], y=q["median"].astype(float), mode="markers", name=problem,
+                                     legendgroup=problem, showlegend=False,
+                                     marker={"symbol": "circle-open", "size": 9,
+                                             "color": palette[j % len(palette)]},
+                                     customdata=q[["repeats"]].to_numpy(),
+                                     hovertemplate="%{x} tokens: median %{y:.0%} over %{customdata[0]} "
+                                                   "measurements<extra>" + problem + "</extra>"),
+                          row=r, col=c)
         goal = float(g["goal"].iloc[0])
         fig.add_trace(go.Scatter(x=[g["m"].min(), g["m"].max()], y=[goal, goal], mode="lines", showlegend=False,
                                  line={"dash": "dash", "color": "gray"}, hoverinfo="skip"), row=r, col=c)
         fig.update_xaxes(type="log", title_text="tokens", row=r, col=c)
         top = max(1.05, float(g["value"].max(skipna=True) or 0) + 0.05)
         fig.update_yaxes(tickformat=".0%", range=[0, top], row=r, col=c)
-    fig.update_layout(title="Speed targets: best measured value (lines) against the goal (dashed)",
+    fig.update_layout(title="Speed targets: best measured value (lines), repeated configs' best median (hollow), "
+                            "goal (dashed)",
                       height=380 * rows, width=1200)
     return fig

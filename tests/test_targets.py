@@ -79,6 +79,9 @@ def test_a_goal_met_once_is_told_apart_from_one_met_by_a_median(tmp_path):
     s = summary(judge([a, b], targets=[LM_HEAD])).iloc[0]
     assert (s["met"], s["met_median"]) == (2, 1)
     assert "| 83% (3) |" in markdown(judge([a, b], targets=[LM_HEAD]))
+    hollow = [t for t in targets_chart(judge([a, b], targets=[LM_HEAD])).data
+              if t.marker is not None and t.marker.symbol == "circle-open"]
+    assert len(hollow) == 1 and list(hollow[0].y) == pytest.approx([100.0 / 120.0, 100.0 / 110.0])
 
 
 def test_runs_made_with_pdl_are_left_out(tmp_path):
