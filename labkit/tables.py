@@ -161,13 +161,18 @@ def regret(run_dir, tables: dict, op: str = "linear", layout: str | None = None)
     return pd.DataFrame(out)
 
 
-def _same_config(variant: str, stored: str, cfg: dict) -> bool:
-    """A stored point config and a table config run the same kernel: equal once both are completed with the
-    variant's defaults (a run made before an option existed ran what its default does now)."""
+def full_config(variant: str, config: str | dict) -> dict:
+    """A config (stored JSON or a dict) completed with its variant's defaults: a run made before an option
+    existed ran what its default does now, so configs compare equal once completed."""
     from kernels import VARIANTS
 
-    defaults = VARIANTS[variant].defaults
-    return {**defaults, **json.loads(stored)} == {**defaults, **cfg}
+    v = VARIANTS.get(variant)
+    return {**(v.defaults if v else {}), **(json.loads(config) if isinstance(config, str) else config)}
+
+
+def _same_config(variant: str, stored: str, cfg: dict) -> bool:
+    """A stored point config and a table config run the same kernel."""
+    return full_config(variant, stored) == full_config(variant, cfg)
 
 
 def source_runs(op: str) -> list[str]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from .results import BASELINES, find_runs, read_runs, resolve_run, short_config
-from .tables import runnable
+from .tables import full_config, runnable
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
 MOE_MODELS = ("gpt-oss-120b", "gpt-oss-20b")
@@ -99,19 +99,10 @@ def _problem(df: pd.DataFrame) -> pd.Series:
     return shape.where(df["op"] == "linear", model)
 
 
-def _config_key(variant: str, config: str) -> str:
-    """A stored config completed with its variant's defaults (runs made before an option existed ran what its
-    default does now), as one comparable string."""
-    from kernels import VARIANTS
-
-    v = VARIANTS.get(variant)
-    return json.dumps({**(v.defaults if v else {}), **json.loads(config)}, sort_keys=True)
-
-
 def _repeatable(pts: pd.DataFrame, metric: str, cublas: float) -> tuple[int, float | None]:
     """(measurements, median value) of the config with the best median among those measured at least twice at
     this point; (0, None) when no config was. vs_bf16: cuBLAS's best time over the config's median time."""
-    key = [_config_key(v, c) for v, c in zip(pts["variant"], pts["config"])]
+    key = [json.dumps(full_config(v, c), sort_keys=True) for v, c in zip(pts["variant"], pts["config"])]
     g = pts.assign(key=key).groupby("key")
     stats = pd.DataFrame({"n": g.size(), "frac": g["frac_of_floor"].median(), "us": g["us_graph"].median()})
     stats = stats[stats["n"] >= 2]
