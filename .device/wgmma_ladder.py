@@ -1,0 +1,198 @@
+"""How busy can the tensor pipe be in the shape of the WGMMA K loop (gemv_mma / moe_mma with WGMMA=True)?
+
+The prefill MoE and the 64-token lm_head run that loop at 45-65% of the bf16 matmul ceiling, latency-bound
+with 8 warps per SM (Nsight Compute: results/20261124T052830-h100-80gb-hbm3-ncu-moe-wg-prefill). This probe
+builds the loop up one piece at a time, on data already on chip, so each rung's cost shows as a rate:
+
+  mma      A decoded once, each K step one wgmma group (ROWS x 8 k16 instructions) on an x slot in shared
+           memory, then wait(0): the loop's MMA with its per-step drain
+  mma_w1   the same with wait(1): one step's group left in flight (legal here: A never changes)
+  decode   + every step decodes its A from registers (words and scale bytes varied per step)
+  barrier  + the two CTA-wide syncs per step the ring loops pay (thread barrier, async-proxy fence)
+  smem     + the step's words read from a shared-memory slot, as RING_W's loop reads them
+  ring     the real RING_W loop (kernels.linear_mma._g_wg_program: cp.async ring for words, scale bytes and
+           x), every program on the same L2-resident rows (1.6 MB of words, 3.3 MB of x): no DRAM
+
+Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P programs per SM); the rate is
+2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
+Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic, nothing to rotate).
+
+call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only)
+"""
+import statistics
+import sys
+
+import torch
+
+from kernels.linear_mma import gluon, row_layout, wg_layouts, wg_ring_layouts
+
+if gluon is None:
+    raise SystemExit("needs Triton with Gluon (>= 3.4)")
+
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from kernels.linear_mma import _g_decode_step, _g_wg_program, _g_word_offsets
+
+MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring")
+RING_STEPS = 200
+SMAX = 127
+
+
+@gluon.jit
+def _ladder(w_ptr, s_ptr, out_ptr, STEPS, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
+            SW: gl.constexpr, MODE: gl.constexpr):
+    xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128], SX)
+    rm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+    rk = gl.arange(0, 128, layout=gl.SliceLayout(0, LXCP))
+    xv = ((rm[:, None] * 7 + rk[None, :]) % 5).to(gl.float16) * 0.25
+    for q in gl.static_range(STAGES):
+        xsm.index(q).store(xv)
+    rows = gl.arange(0, BLOCK_N, layout=row_layout(LW))
+    wofs, sofs, group, block = _g_word_offsets(rows, 16, 1, False, LW)
+    v = gl.load(w_ptr + wofs)
+    s = gl.load(s_ptr + sofs)
+    if MODE == 4:
+        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 1, 4, 4], SW)
+        for q in gl.static_range(STAGES):
+            wsm.index(q).store(v ^ q)
+    fence_async_shared()
+    gl.thread_barrier()
+    A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+    a = gl.convert_layout(_g_decode_step(v, s, SMAX, True), A_L, assert_trivial=True)
+    for c in range(STEPS):
+        if MODE >= 2:
+            if MODE == 4:
+                vc = wsm.index(c % STAGES).load(LW)
+            else:
+                vc = v ^ c
+            sc = s ^ (c & 1).to(gl.uint8)
+            a = gl.convert_layout(_g_decode_step(vc, sc, SMAX, True), A_L, assert_trivial=True)
+        if MODE >= 3:
+            gl.thread_barrier()
+            fence_async_shared()
+        acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
+        if MODE == 1:
+            acc = warpgroup_mma_wait(1, deps=[acc])
+        else:
+            acc = warpgroup_mma_wait(0, deps=[acc])
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, 1), 0))
+
+
+@gluon.jit
+def _ring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
+          SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr):
+    rows = gl.arange(0, BLOCK_N, layout=row_layout(LW))
+    tok = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+    xofs = (tok * K)[:, None] + gl.arange(0, 128, layout=gl.SliceLayout(0, LXCP))[None, :]
+    acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, 1, True, STAGES, True, LW, MMA,
+                        SX, SW, SS, LSC, True, None, None, 0, False)
+    gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, 1), 0))
+
+
+def ring_data(bm, rows, device):
+    """Random words, scale bytes and fp16 x for _ring: BLOCK_N rows and BLOCK_M tokens of K = 128 * RING_STEPS."""
+    n, k = 16 * rows * 4, 128 * RING_STEPS
+    w = torch.randint(-2**31, 2**31 - 1, (n * k // 8,), device=device, dtype=torch.int32)
+    s = torch.randint(118, 126, (n * k // 32,), device=device, dtype=torch.uint8)
+    x = torch.randn(bm * k, device=device).to(torch.float16)
+    return w, s, x
+
+
+def launch(mode, bm, rows, programs, steps, w, s, out, stages=4, nw=4, ring=None):
+    LW, LXCP, MMA, SX = wg_layouts(bm, rows, 1, nw)
+    SW, SS, LSC = wg_ring_layouts(bm, rows, 1, nw)
+    if mode == "ring":
+        rw, rs, rx = ring
+        _ring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
+                           STAGES=stages, LW=LW, MMA=MMA, SX=SX, LXCP=LXCP, SW=SW, SS=SS, LSC=LSC, num_warps=nw)
+        return
+    _ladder[(programs,)](w, s, out, steps, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw, STAGES=stages, LW=LW, MMA=MMA,
+                         SX=SX, LXCP=LXCP, SW=SW, MODE=MODES.index(mode), num_warps=nw)
+
+
+SHAPES = [(64, 2), (32, 2), (64, 1), (16, 2)]  # (BLOCK_M, ROWS): the prefill and 64-token leaders' tiles first
+
+
+def main():
+    compile_only = "--compile" in sys.argv
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if compile_only:
+        from labkit.compile import compile_only as co
+        with co(90) as built:
+            for bm, rows in SHAPES:
+                n = 16 * rows * 4
+                w = torch.empty((n * 16,), dtype=torch.int32, device="meta")
+                s = torch.empty((n * 4,), dtype=torch.uint8, device="meta")
+                out = torch.empty((264,), dtype=torch.float32, device="meta")
+                for mode in MODES:
+                    launch(mode, bm, rows, 264, 10, w, s, out, ring=ring_data(bm, rows, "meta"))
+            from labkit.compile import main_loop_mix, resource_usage, sass_of, wgmma_hazards
+            for (name, k), (shape, mode) in zip(built, [(sh, m) for sh in SHAPES for m in MODES]):
+                use = resource_usage(k)
+                sass = sass_of(k)
+                n, mix = main_loop_mix(sass)
+                print(shape, mode, use, "loop:", n, dict(mix.most_common(6)), "hazards:", len(wgmma_hazards(sass)))
+        return 0
+    from labkit.runs import probe_run
+    run = probe_run("wgmma-ladder") if args else None
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b) / 1e9
+    print(f"cuBLAS bf16 8192^3: {cublas:.0f} TFLOP/s")
+    rows_out = []
+    for bm, rows in SHAPES:
+        n = 16 * rows * 4
+        w = torch.randint(-2**31, 2**31 - 1, (n * 16,), device="cuda", dtype=torch.int32)
+        s = torch.randint(118, 126, (n * 4,), device="cuda", dtype=torch.uint8)
+        for per_sm in (1, 2, 3):
+            programs = per_sm * sms
+            out = torch.empty((programs,), device="cuda", dtype=torch.float32)
+            ring = ring_data(bm, rows, "cuda")
+            for mode in MODES:
+                steps = RING_STEPS if mode == "ring" else 4000
+                try:
+                    ms = median_ms(lambda: launch(mode, bm, rows, programs, steps, w, s, out, ring=ring))
+                except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
+                    print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
+                    continue
+                tflops = 2 * n * bm * 128 * steps * programs / ms / 1e9
+                rows_out.append((bm, rows, per_sm, mode, ms, tflops, tflops / cublas))
+                print(f"BM={bm:3d} ROWS={rows} P={per_sm} {mode:8s} {ms:8.3f} ms {tflops:6.0f} TFLOP/s "
+                      f"{tflops / cublas:5.2f} of cuBLAS", flush=True)
+    print("\nBLOCK_M ROWS per_SM  " + "  ".join(f"{m:>8s}" for m in MODES) + "   (fraction of cuBLAS bf16)")
+    for bm, rows in SHAPES:
+        for per_sm in (1, 2, 3):
+            got = {r[3]: r[6] for r in rows_out if r[:3] == (bm, rows, per_sm)}
+            print(f"{bm:7d} {rows:4d} {per_sm:6d}  " + "  ".join(f"{got.get(m, float('nan')):8.2f}" for m in MODES))
+    if run:
+        lines = ["block_m,rows,per_sm,mode,ms,tflops,of_cublas"]
+        lines += [f"{a},{b},{c},{d},{e:.4f},{f:.1f},{g:.3f}" for a, b, c, d, e, f, g in rows_out]
+        (run.path / "wgmma_ladder.csv").write_text("\n".join(lines) + "\n")
+        run.update_meta(contents="wgmma_ladder.csv: rate of the WGMMA K loop built up rung by rung",
+                        cublas_bf16_tflops=cublas)
+        run.finish()
+    return 0
+
+
+def median_ms(fn, reps=5):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return statistics.median(times)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
