@@ -19,6 +19,7 @@ Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traf
 
 call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only)
 """
+import functools
 import statistics
 import sys
 
@@ -132,7 +133,7 @@ def main():
                 for mode in MODES:
                     launch(mode, bm, rows, 264, 10, w, s, out, ring=ring_data(bm, rows, "meta"))
             from labkit.compile import main_loop_mix, resource_usage, sass_of, wgmma_hazards
-            for (name, k), (shape, mode) in zip(built, [(sh, m) for sh in SHAPES for m in MODES]):
+            for (_name, k), (shape, mode) in zip(built, [(sh, m) for sh in SHAPES for m in MODES]):
                 use = resource_usage(k)
                 sass = sass_of(k)
                 n, mix = main_loop_mix(sass)
@@ -157,7 +158,7 @@ def main():
             for mode in MODES:
                 steps = RING_STEPS if mode == "ring" else 4000
                 try:
-                    ms = median_ms(lambda: launch(mode, bm, rows, programs, steps, w, s, out, ring=ring))
+                    ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring))
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
                     print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
                     continue
