@@ -12,6 +12,9 @@ builds the loop up one piece at a time, on data already on chip, so each rung's 
   smem     + the step's words read from a shared-memory slot, as RING_W's loop reads them
   ring     the real RING_W loop (kernels.linear_mma._g_wg_program: cp.async ring for words, scale bytes and
            x), every program on the same L2-resident rows (1.6 MB of words, 3.3 MB of x): no DRAM
+  ring8    the same on 8 copies of the data (program p reads copy p % 8): fewer programs on each L2 line
+  ring8_nox  ring8 with x's copies masked off (the slots zero-filled, nothing read from L2): what x's
+           L2 reads cost (the weights' words and scale bytes still copied every step)
 
 Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P programs per SM); the rate is
 2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
@@ -35,7 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from kernels.linear_mma import _g_decode_step, _g_wg_program, _g_word_offsets
 
-MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring")
+MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring", "ring8", "ring8_nox")
+RING_MODES = {"ring": (1, False), "ring8": (8, False), "ring8_nox": (8, True)}  # copies, x masked off
 RING_STEPS = 200
 SMAX = 127
 
@@ -84,33 +88,41 @@ def _ladder(w_ptr, s_ptr, out_ptr, STEPS, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: 
 
 
 @gluon.jit
-def _ring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _ring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, COPIES, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
-          SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr):
+          SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr, NOX: gl.constexpr):
+    copy = (gl.program_id(0) % COPIES).to(gl.int64)
     rows = gl.arange(0, BLOCK_N, layout=row_layout(LW))
     tok = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
     xofs = (tok * K)[:, None] + gl.arange(0, 128, layout=gl.SliceLayout(0, LXCP))[None, :]
-    acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, 1, True, STAGES, True, LW, MMA,
-                        SX, SW, SS, LSC, True, None, None, 0, False)
+    xok = None
+    if NOX:
+        xok = (tok < 0)[:, None] & (xofs >= 0)
+    acc = _g_wg_program(w_ptr + copy * (BLOCK_N * K // 8), s_ptr + copy * (BLOCK_N * K // 32), rows,
+                        x_ptr + copy * (BLOCK_M * K), xofs, K, SMAX, BLOCK_M, BLOCK_N, 1, True, STAGES, True, LW,
+                        MMA, SX, SW, SS, LSC, True, None, None, 0, False, xok=xok)
     gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, 1), 0))
 
 
-def ring_data(bm, rows, device):
-    """Random words, scale bytes and fp16 x for _ring: BLOCK_N rows and BLOCK_M tokens of K = 128 * RING_STEPS."""
+def ring_data(bm, rows, device, copies=8):
+    """Random words, scale bytes and fp16 x for _ring: `copies` sets of BLOCK_N rows and BLOCK_M tokens of
+    K = 128 * RING_STEPS."""
     n, k = 16 * rows * 4, 128 * RING_STEPS
-    w = torch.randint(-2**31, 2**31 - 1, (n * k // 8,), device=device, dtype=torch.int32)
-    s = torch.randint(118, 126, (n * k // 32,), device=device, dtype=torch.uint8)
-    x = torch.randn(bm * k, device=device).to(torch.float16)
+    w = torch.randint(-2**31, 2**31 - 1, (copies * n * k // 8,), device=device, dtype=torch.int32)
+    s = torch.randint(118, 126, (copies * n * k // 32,), device=device, dtype=torch.uint8)
+    x = torch.randn(copies * bm * k, device=device).to(torch.float16)
     return w, s, x
 
 
 def launch(mode, bm, rows, programs, steps, w, s, out, stages=4, nw=4, ring=None):
     LW, LXCP, MMA, SX = wg_layouts(bm, rows, 1, nw)
     SW, SS, LSC = wg_ring_layouts(bm, rows, 1, nw)
-    if mode == "ring":
+    if mode in RING_MODES:
         rw, rs, rx = ring
-        _ring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
-                           STAGES=stages, LW=LW, MMA=MMA, SX=SX, LXCP=LXCP, SW=SW, SS=SS, LSC=LSC, num_warps=nw)
+        copies, nox = RING_MODES[mode]
+        _ring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, copies, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
+                           STAGES=stages, LW=LW, MMA=MMA, SX=SX, LXCP=LXCP, SW=SW, SS=SS, LSC=LSC, NOX=nox,
+                           num_warps=nw)
         return
     _ladder[(programs,)](w, s, out, steps, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw, STAGES=stages, LW=LW, MMA=MMA,
                          SX=SX, LXCP=LXCP, SW=SW, MODE=MODES.index(mode), num_warps=nw)
@@ -156,7 +168,7 @@ def main():
             out = torch.empty((programs,), device="cuda", dtype=torch.float32)
             ring = ring_data(bm, rows, "cuda")
             for mode in MODES:
-                steps = RING_STEPS if mode == "ring" else 4000
+                steps = RING_STEPS if mode in RING_MODES else 4000
                 try:
                     ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring))
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
