@@ -15,6 +15,10 @@ builds the loop up one piece at a time, on data already on chip, so each rung's 
   ring8    the same on 8 copies of the data (program p reads copy p % 8): fewer programs on each L2 line
   ring8_nox  ring8 with x's copies masked off (the slots zero-filled, nothing read from L2): what x's
            L2 reads cost (the weights' words and scale bytes still copied every step)
+  r_*      the ring loop rebuilt here with its parts switched (8 data copies): r_all as RING_W's; r_nowait
+           without the wait for the step's copies (timing only: the data may be stale); r_w only words and
+           scale bytes copied (x slots filled once); r_x only x copied (words filled once, scale bytes in
+           registers); r_none nothing copied, scale bytes still read from their slot
 
 Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P programs per SM); the rate is
 2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
@@ -34,11 +38,16 @@ if gluon is None:
     raise SystemExit("needs Triton with Gluon (>= 3.4)")
 
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from kernels.linear_mma import _g_decode_step, _g_wg_program, _g_word_offsets
+from kernels.linear_mma import _g_decode_step, _g_scale_copy, _g_wg_program, _g_word_offsets
 
-MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring", "ring8", "ring8_nox")
+MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring", "ring8", "ring8_nox", "r_all", "r_nowait", "r_w", "r_x",
+         "r_none")
+#: r_* modes: (copy words and scale bytes, copy x, wait for the copies, scale bytes from their slot)
+R_MODES = {"r_all": (1, 1, 1, 1), "r_nowait": (1, 1, 0, 1), "r_w": (1, 0, 1, 1), "r_x": (0, 1, 1, 0),
+           "r_none": (0, 0, 1, 1)}
 RING_MODES = {"ring": (1, False), "ring8": (8, False), "ring8_nox": (8, True)}  # copies, x masked off
 RING_STEPS = 200
 SMAX = 127
@@ -104,6 +113,64 @@ def _ring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, COPIES, BLOCK_M: gl.constexpr, 
     gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, 1), 0))
 
 
+@gluon.jit
+def _rring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+           STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
+           SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr, CW: gl.constexpr, CX: gl.constexpr,
+           WAIT: gl.constexpr, SSM: gl.constexpr):
+    """RING_W's K loop (kernels.linear_mma._g_wg_ring_loop, CHUNKS=1, tiled words) with its parts switched."""
+    copy = (gl.program_id(0) % 8).to(gl.int64)
+    w_ptr += copy * (BLOCK_N * K // 8)
+    s_ptr += copy * (BLOCK_N * K // 32)
+    x_ptr += copy * (BLOCK_M * K)
+    KW = K // 8
+    rows = gl.arange(0, BLOCK_N, layout=row_layout(LW))
+    tok = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+    xofs = (tok * K)[:, None] + gl.arange(0, 128, layout=gl.SliceLayout(0, LXCP))[None, :]
+    wofs, sofs, group, block = _g_word_offsets(rows, KW, 1, True, LW)
+    scofs = _g_scale_copy(rows, KW, LSC)
+    xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128], SX)
+    wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 1, 4, 4], SW)
+    ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N // 4, 16], SS)
+    s0 = gl.load(s_ptr + sofs)
+    for q in gl.static_range(STAGES):  # every slot filled once, then refilled by the switched-on copies
+        async_copy.async_copy_global_to_shared(wsm.index(q), w_ptr + wofs + q * 256)
+        async_copy.async_copy_global_to_shared(ssm.index(q), s_ptr + scofs + q * 64)
+        async_copy.async_copy_global_to_shared(xsm.index(q), x_ptr + xofs + q * 128)
+        async_copy.commit_group()
+    async_copy.wait_group(0)
+    gl.thread_barrier()
+    A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
+    steps = KW // 16
+    for c in range(0, steps):
+        if WAIT:
+            async_copy.wait_group(STAGES - 2)
+        gl.thread_barrier()
+        fence_async_shared()
+        n = c + STAGES - 1
+        ns = n % STAGES
+        live = n < steps
+        if CW:
+            async_copy.async_copy_global_to_shared(wsm.index(ns), w_ptr + wofs + n * 256, mask=(group >= 0) & live)
+            async_copy.async_copy_global_to_shared(ssm.index(ns), s_ptr + scofs + n * 64, mask=(scofs >= 0) & live)
+        if CX:
+            async_copy.async_copy_global_to_shared(xsm.index(ns), x_ptr + xofs + n * 128, mask=(xofs >= 0) & live)
+        async_copy.commit_group()
+        slot = c % STAGES
+        v = wsm.index(slot).load(LW)
+        if SSM:
+            sc = ssm.index(slot).reshape([1, BLOCK_N, 4]).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
+        else:
+            sc = s0 ^ (c & 1).to(gl.uint8)
+        w = _g_decode_step(v, sc, SMAX, True)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), xsm.index(slot).permute((1, 0)), acc,
+                            is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    async_copy.wait_group(0)
+    gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, 1), 0))
+
+
 def ring_data(bm, rows, device, copies=8):
     """Random words, scale bytes and fp16 x for _ring: `copies` sets of BLOCK_N rows and BLOCK_M tokens of
     K = 128 * RING_STEPS."""
@@ -117,6 +184,13 @@ def ring_data(bm, rows, device, copies=8):
 def launch(mode, bm, rows, programs, steps, w, s, out, stages=4, nw=4, ring=None):
     LW, LXCP, MMA, SX = wg_layouts(bm, rows, 1, nw)
     SW, SS, LSC = wg_ring_layouts(bm, rows, 1, nw)
+    if mode in R_MODES:
+        cw, cx, wait, ssm = R_MODES[mode]
+        rw, rs, rx = ring
+        _rring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
+                            STAGES=stages, LW=LW, MMA=MMA, SX=SX, LXCP=LXCP, SW=SW, SS=SS, LSC=LSC, CW=cw, CX=cx,
+                            WAIT=wait, SSM=ssm, num_warps=nw)
+        return
     if mode in RING_MODES:
         rw, rs, rx = ring
         copies, nox = RING_MODES[mode]
@@ -168,7 +242,7 @@ def main():
             out = torch.empty((programs,), device="cuda", dtype=torch.float32)
             ring = ring_data(bm, rows, "cuda")
             for mode in MODES:
-                steps = RING_STEPS if mode in RING_MODES else 4000
+                steps = RING_STEPS if mode in RING_MODES or mode in R_MODES else 4000
                 try:
                     ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring))
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
