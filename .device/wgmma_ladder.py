@@ -18,7 +18,9 @@ builds the loop up one piece at a time, on data already on chip, so each rung's 
   r_*      the ring loop rebuilt here with its parts switched (8 data copies): r_all as RING_W's; r_nowait
            without the wait for the step's copies (timing only: the data may be stale); r_w only words and
            scale bytes copied (x slots filled once); r_x only x copied (words filled once, scale bytes in
-           registers); r_none nothing copied, scale bytes still read from their slot
+           registers); r_none nothing copied, scale bytes still read from their slot; r_bare nothing copied, scale
+           bytes in registers (the smem rung in this loop's frame). The r_* loops run 4000 steps like the
+           rungs above, over their 200 steps of data again and again (so the data stays in L2)
 
 Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P programs per SM); the rate is
 2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
@@ -44,10 +46,10 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from kernels.linear_mma import _g_decode_step, _g_scale_copy, _g_wg_program, _g_word_offsets
 
 MODES = ("mma", "mma_w1", "decode", "barrier", "smem", "ring", "ring8", "ring8_nox", "r_all", "r_nowait", "r_w", "r_x",
-         "r_none")
+         "r_none", "r_bare")
 #: r_* modes: (copy words and scale bytes, copy x, wait for the copies, scale bytes from their slot)
 R_MODES = {"r_all": (1, 1, 1, 1), "r_nowait": (1, 1, 0, 1), "r_w": (1, 0, 1, 1), "r_x": (0, 1, 1, 0),
-           "r_none": (0, 0, 1, 1)}
+           "r_none": (0, 0, 1, 1), "r_bare": (0, 0, 1, 0)}
 RING_MODES = {"ring": (1, False), "ring8": (8, False), "ring8_nox": (8, True)}  # copies, x masked off
 RING_STEPS = 200
 SMAX = 127
@@ -114,7 +116,7 @@ def _ring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, COPIES, BLOCK_M: gl.constexpr, 
 
 
 @gluon.jit
-def _rring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _rring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, STEPS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
            STAGES: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, LXCP: gl.constexpr,
            SW: gl.constexpr, SS: gl.constexpr, LSC: gl.constexpr, CW: gl.constexpr, CX: gl.constexpr,
            WAIT: gl.constexpr, SSM: gl.constexpr):
@@ -142,15 +144,15 @@ def _rring(w_ptr, s_ptr, x_ptr, out_ptr, K, SMAX, BLOCK_M: gl.constexpr, BLOCK_N
     gl.thread_barrier()
     A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-    steps = KW // 16
-    for c in range(0, steps):
+    data_steps = KW // 16
+    for c in range(0, STEPS):
         if WAIT:
             async_copy.wait_group(STAGES - 2)
         gl.thread_barrier()
         fence_async_shared()
-        n = c + STAGES - 1
-        ns = n % STAGES
-        live = n < steps
+        ns = (c + STAGES - 1) % STAGES
+        live = c + STAGES - 1 < STEPS
+        n = (c + STAGES - 1) % data_steps
         if CW:
             async_copy.async_copy_global_to_shared(wsm.index(ns), w_ptr + wofs + n * 256, mask=(group >= 0) & live)
             async_copy.async_copy_global_to_shared(ssm.index(ns), s_ptr + scofs + n * 64, mask=(scofs >= 0) & live)
@@ -187,7 +189,7 @@ def launch(mode, bm, rows, programs, steps, w, s, out, stages=4, nw=4, ring=None
     if mode in R_MODES:
         cw, cx, wait, ssm = R_MODES[mode]
         rw, rs, rx = ring
-        _rring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
+        _rring[(programs,)](rw, rs, rx, out, 128 * RING_STEPS, SMAX, steps, BLOCK_M=bm, BLOCK_N=16 * rows * nw,
                             STAGES=stages, LW=LW, MMA=MMA, SX=SX, LXCP=LXCP, SW=SW, SS=SS, LSC=LSC, CW=cw, CX=cx,
                             WAIT=wait, SSM=ssm, num_warps=nw)
         return
@@ -242,7 +244,7 @@ def main():
             out = torch.empty((programs,), device="cuda", dtype=torch.float32)
             ring = ring_data(bm, rows, "cuda")
             for mode in MODES:
-                steps = RING_STEPS if mode in RING_MODES or mode in R_MODES else 4000
+                steps = RING_STEPS if mode in RING_MODES else 4000
                 try:
                     ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring))
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
