@@ -26,7 +26,8 @@ Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P pro
 2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
 Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic, nothing to rotate).
 
-call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only)
+call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only;
+         --only=BLOCK_M,ROWS,P and --modes=a,b,...: a subset, e.g. under Nsight Compute)
 """
 import functools
 import statistics
@@ -210,6 +211,9 @@ SHAPES = [(64, 2), (32, 2), (64, 1), (16, 2)]  # (BLOCK_M, ROWS): the prefill an
 def main():
     compile_only = "--compile" in sys.argv
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    only = tuple(int(v) for v in opts["only"].split(",")) if "only" in opts else None
+    modes = opts["modes"].split(",") if "modes" in opts else MODES
     if compile_only:
         from labkit.compile import compile_only as co
         with co(90) as built:
@@ -232,7 +236,7 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b) / 1e9
+    cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b, reps=1 if only else 5) / 1e9
     print(f"cuBLAS bf16 8192^3: {cublas:.0f} TFLOP/s")
     rows_out = []
     for bm, rows in SHAPES:
@@ -240,13 +244,16 @@ def main():
         w = torch.randint(-2**31, 2**31 - 1, (n * 16,), device="cuda", dtype=torch.int32)
         s = torch.randint(118, 126, (n * 4,), device="cuda", dtype=torch.uint8)
         for per_sm in (1, 2, 3):
+            if only and (bm, rows, per_sm) != only:
+                continue
             programs = per_sm * sms
             out = torch.empty((programs,), device="cuda", dtype=torch.float32)
             ring = ring_data(bm, rows, "cuda")
-            for mode in MODES:
+            for mode in modes:
                 steps = RING_STEPS if mode in RING_MODES else 4000
                 try:
-                    ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring))
+                    ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring),
+                                   reps=1 if only else 5)
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
                     print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
                     continue
