@@ -27,7 +27,9 @@ Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P pro
 Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic, nothing to rotate).
 
 call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only;
-         --only=BLOCK_M,ROWS,P and --modes=a,b,...: a subset, e.g. under Nsight Compute)
+         --only=BLOCK_M,ROWS,P and --modes=a,b,...: a subset, e.g. under Nsight Compute; --steps=S --waves=W:
+         S steps per program (default 4000) and W waves of programs per launch (default 1), for the r_* loops
+         the shape of real programs: a gpt-oss K of 2880 is 22.5 steps)
 """
 import functools
 import statistics
@@ -214,6 +216,7 @@ def main():
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     only = tuple(int(v) for v in opts["only"].split(",")) if "only" in opts else None
     modes = opts["modes"].split(",") if "modes" in opts else MODES
+    steps_opt, waves = int(opts.get("steps", 4000)), int(opts.get("waves", 1))
     if compile_only:
         from labkit.compile import compile_only as co
         with co(90) as built:
@@ -246,11 +249,11 @@ def main():
         for per_sm in (1, 2, 3):
             if only and (bm, rows, per_sm) != only:
                 continue
-            programs = per_sm * sms
+            programs = per_sm * sms * waves
             out = torch.empty((programs,), device="cuda", dtype=torch.float32)
             ring = ring_data(bm, rows, "cuda")
             for mode in modes:
-                steps = RING_STEPS if mode in RING_MODES else 4000
+                steps = RING_STEPS if mode in RING_MODES else steps_opt
                 try:
                     ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring),
                                    reps=1 if only else 5)
