@@ -217,6 +217,7 @@ def main():
     only = tuple(int(v) for v in opts["only"].split(",")) if "only" in opts else None
     modes = opts["modes"].split(",") if "modes" in opts else MODES
     steps_opt, waves = int(opts.get("steps", 4000)), int(opts.get("waves", 1))
+    reps = int(opts.get("reps", 1 if only else 5))  # one timed launch under Nsight Compute
     if compile_only:
         from labkit.compile import compile_only as co
         with co(90) as built:
@@ -239,7 +240,7 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b, reps=1 if only else 5) / 1e9
+    cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b, reps=reps) / 1e9
     print(f"cuBLAS bf16 8192^3: {cublas:.0f} TFLOP/s")
     rows_out = []
     for bm, rows in SHAPES:
@@ -256,7 +257,7 @@ def main():
                 steps = RING_STEPS if mode in RING_MODES else steps_opt
                 try:
                     ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring),
-                                   reps=1 if only else 5)
+                                   reps=reps)
                 except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
                     print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
                     continue
