@@ -27,9 +27,9 @@ Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P pro
 Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic, nothing to rotate).
 
 call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only;
-         --only=BLOCK_M,ROWS,P and --modes=a,b,...: a subset, e.g. under Nsight Compute; --steps=S --waves=W:
-         S steps per program (default 4000) and W waves of programs per launch (default 1), for the r_* loops
-         the shape of real programs: a gpt-oss K of 2880 is 22.5 steps)
+         --only=BLOCK_M,ROWS,P[/...] and --modes=a,b,...: a subset, e.g. under Nsight Compute;
+         --steps=S[,S...] --waves=W[,W...]: pairs of S steps per program (default 4000) and W waves of programs
+         per launch (default 1), for the shape of real programs: a gpt-oss K of 2880 is 22.5 steps)
 """
 import functools
 import statistics
@@ -214,9 +214,10 @@ def main():
     compile_only = "--compile" in sys.argv
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
-    only = tuple(int(v) for v in opts["only"].split(",")) if "only" in opts else None
+    only = [tuple(int(v) for v in o.split(",")) for o in opts["only"].split("/")] if "only" in opts else None
     modes = opts["modes"].split(",") if "modes" in opts else MODES
-    steps_opt, waves = int(opts.get("steps", 4000)), int(opts.get("waves", 1))
+    frames = list(zip([int(v) for v in opts.get("steps", "4000").split(",")],
+                      [int(v) for v in opts.get("waves", "1").split(",")]))  # (steps per program, waves)
     reps = int(opts.get("reps", 1 if only else 5))  # one timed launch under Nsight Compute
     if compile_only:
         from labkit.compile import compile_only as co
@@ -243,36 +244,44 @@ def main():
     cublas = 2 * 8192 ** 3 / median_ms(lambda: a @ b, reps=reps) / 1e9
     print(f"cuBLAS bf16 8192^3: {cublas:.0f} TFLOP/s")
     rows_out = []
-    for bm, rows in SHAPES:
-        n = 16 * rows * 4
-        w = torch.randint(-2**31, 2**31 - 1, (n * 16,), device="cuda", dtype=torch.int32)
-        s = torch.randint(118, 126, (n * 4,), device="cuda", dtype=torch.uint8)
-        for per_sm in (1, 2, 3):
-            if only and (bm, rows, per_sm) != only:
-                continue
-            programs = per_sm * sms * waves
-            out = torch.empty((programs,), device="cuda", dtype=torch.float32)
+    for steps_opt, waves in frames:
+        for bm, rows in SHAPES:
+            n = 16 * rows * 4
+            w = torch.randint(-2**31, 2**31 - 1, (n * 16,), device="cuda", dtype=torch.int32)
+            s = torch.randint(118, 126, (n * 4,), device="cuda", dtype=torch.uint8)
             ring = ring_data(bm, rows, "cuda")
-            for mode in modes:
-                steps = RING_STEPS if mode in RING_MODES else steps_opt
-                try:
-                    ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out, ring=ring),
-                                   reps=reps)
-                except Exception as e:  # a build that cannot run (shared memory, registers): recorded, not fatal
-                    print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
+            for per_sm in (1, 2, 3):
+                if only and (bm, rows, per_sm) not in only:
                     continue
-                tflops = 2 * n * bm * 128 * steps * programs / ms / 1e9
-                rows_out.append((bm, rows, per_sm, mode, ms, tflops, tflops / cublas))
-                print(f"BM={bm:3d} ROWS={rows} P={per_sm} {mode:8s} {ms:8.3f} ms {tflops:6.0f} TFLOP/s "
-                      f"{tflops / cublas:5.2f} of cuBLAS", flush=True)
-    print("\nBLOCK_M ROWS per_SM  " + "  ".join(f"{m:>8s}" for m in MODES) + "   (fraction of cuBLAS bf16)")
-    for bm, rows in SHAPES:
-        for per_sm in (1, 2, 3):
-            got = {r[3]: r[6] for r in rows_out if r[:3] == (bm, rows, per_sm)}
-            print(f"{bm:7d} {rows:4d} {per_sm:6d}  " + "  ".join(f"{got.get(m, float('nan')):8.2f}" for m in MODES))
+                programs = per_sm * sms * waves
+                out = torch.empty((programs,), device="cuda", dtype=torch.float32)
+                for mode in modes:
+                    steps = RING_STEPS if mode in RING_MODES else steps_opt
+                    try:
+                        ms = median_ms(functools.partial(launch, mode, bm, rows, programs, steps, w, s, out,
+                                                         ring=ring), reps=reps)
+                    except Exception as e:  # a build that cannot run (shared memory, registers): not fatal
+                        print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
+                        continue
+                    tflops = 2 * n * bm * 128 * steps * programs / ms / 1e9
+                    rows_out.append((bm, rows, per_sm, mode, steps, programs // (per_sm * sms), ms, tflops,
+                                     tflops / cublas))
+                    print(f"BM={bm:3d} ROWS={rows} P={per_sm} {mode:9s} steps={steps:5d} waves={waves:4d} {ms:8.3f} "
+                          f"ms {tflops:6.0f} TFLOP/s {tflops / cublas:5.2f} of cuBLAS", flush=True)
+    for steps_opt, waves in frames:
+        print(f"\n{steps_opt} steps per program, {waves} wave(s); fraction of cuBLAS bf16 (ring, ring8*: "
+              f"{RING_STEPS} steps, one wave)")
+        print("BLOCK_M ROWS per_SM  " + "  ".join(f"{m:>9s}" for m in modes))
+        for bm, rows in SHAPES:
+            for per_sm in (1, 2, 3):
+                got = {r[3]: r[8] for r in rows_out if r[:3] == (bm, rows, per_sm) and r[5] == waves
+                       and (r[4] == steps_opt or r[3] in RING_MODES)}
+                if got:
+                    print(f"{bm:7d} {rows:4d} {per_sm:6d}  "
+                          + "  ".join(f"{got.get(m, float('nan')):9.2f}" for m in modes))
     if run:
-        lines = ["block_m,rows,per_sm,mode,ms,tflops,of_cublas"]
-        lines += [f"{a},{b},{c},{d},{e:.4f},{f:.1f},{g:.3f}" for a, b, c, d, e, f, g in rows_out]
+        lines = ["block_m,rows,per_sm,mode,steps,waves,ms,tflops,of_cublas"]
+        lines += [f"{a},{b},{c},{d},{e},{f},{g:.4f},{h:.1f},{i:.3f}" for a, b, c, d, e, f, g, h, i in rows_out]
         (run.path / "wgmma_ladder.csv").write_text("\n".join(lines) + "\n")
         run.update_meta(contents="wgmma_ladder.csv: rate of the WGMMA K loop built up rung by rung",
                         cublas_bf16_tflops=cublas)
