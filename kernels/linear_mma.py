@@ -385,17 +385,25 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0):
+                       XBYTES: gl.constexpr = 0, g1=None):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
-        past the last step); the barrier expects XBYTES more (x's box, TMA=2)."""
+        past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
+        step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
         mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
-        tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
-        tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+        if g1 is None:
+            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+        else:
+            H: gl.constexpr = wsm.shape[1] // 2
+            tma.async_copy_global_to_shared(wdesc, [g0, c, 0], bar, wsm.index(slot).slice(0, H), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [g1, c, 0], bar, wsm.index(slot).slice(H, H), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c, g0, 0], bar, ssm.index(slot).slice(0, H, dim=1), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c, g1, 0], bar, ssm.index(slot).slice(H, H, dim=1), pred=live)
 
     @gluon.jit
     def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
@@ -407,20 +415,20 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, XT: gl.constexpr):
+                     STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1)
             _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
         else:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES)
-            _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
+            _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
 
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -448,17 +456,17 @@ if gluon is not None:
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
                     _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
-                    _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES)
+                    _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT)
+                             XT, g1, xok)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -473,7 +481,7 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT)
+                         STAGES, XT, g1, xok)
             w = _g_decode_step(v, s, SMAX, NIB)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
@@ -504,16 +512,17 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
-        shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0;
-        _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies to make (x_live; not with TMA)."""
+        shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
+        with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
+        to make (x_live; not with TMA=2)."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -666,11 +675,11 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
 def tma_descriptors(p, NG: int, CHUNKS: int):
     """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
     words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
-    (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. Made once per box shape
-    and cached on p."""
+    (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. An expert stack [E, N, K]
+    is viewed as E * G groups (expert e's group g is e * G + g). Made once per box shape and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
     if (NG, CHUNKS) not in cache:
-        G, KC = p.words.shape[-4], p.words.shape[-3]
+        G, KC = p.words.shape[:-3].numel(), p.words.shape[-3]
         cache[NG, CHUNKS] = (
             TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),

@@ -49,6 +49,7 @@ from .variants import Variant, register, rule_pow2, rule_scale_span
 if gluon is not None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .linear_mma import (
         _g_pdl_enter,
@@ -57,6 +58,7 @@ if gluon is not None:
         _g_word_offsets,
         ring_layouts,
         row_layout,
+        tma_descriptors,
         wg_ring_layouts,
     )
 
@@ -407,7 +409,8 @@ if gluon is not None:
                        TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
-                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr):
+                       CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
+                       TMA: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -418,7 +421,10 @@ if gluon is not None:
         CHAIN: mlp1 programs count their stores per token tile (chain_ptr[tile]); mlp2 skips the PDL wait and
         waits for its own tile's NEED mlp1 programs instead, so it runs in mlp1's last wave. EPI_EARLY: the
         epilogue's per-token loads (_epi_token; 2: its bias loads too) before the CHAIN wait and the K loop, not
-        after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live)."""
+        after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live).
+        TMA: the weights' words and scale bytes by TMA boxes (kernels.linear_mma._g_wg_tma_loop; GE 16-row
+        groups per expert, mlp1 a gate and a linear box per step); TMA=2 the tile's x rows too, a box of
+        positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself)."""
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
@@ -445,9 +451,17 @@ if gluon is not None:
             xok = None
             if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
                 xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
+            g0 = 0
+            g1 = None
+            if TMA:
+                if PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
+                    g0 = e * GE + gl.program_id(0) * (BLOCK_N // 32)
+                    g1 = g0 + GE // 2
+                else:
+                    g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, None, None, 0, False, xok=xok)
+                                SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1)
             if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
                 pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
                 acc_a, acc_b = gl.split(pair)
@@ -471,9 +485,11 @@ if gluon is not None:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
 
 
-def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0) -> int:
+def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
+            xg=None) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
-    its stores into them, mlp2 waits for `need` of them per tile)."""
+    its stores into them, mlp2 waits for `need` of them per tile). xg: mlp1's x rows gathered per expert-sorted
+    position (TMA=2)."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -503,9 +519,17 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
+        tma = int(cfg.get("TMA") or 0)
+        wdesc = sdesc = xdesc = None
+        if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
+            wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"])
+        if tma == 2:  # new each call, as gemv_mma's x16 (a CUDA graph keeps the captured descriptor)
+            src = xg if phase == 1 else x16
+            xdesc = TensorDescriptor(src, list(src.shape), [src.shape[1], 1], [BM, 128 * cfg["CHUNKS"]], SX)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
+                             wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
@@ -522,7 +546,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -541,7 +565,10 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
     issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
     token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
-    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). x16 (plane-major) is not used."""
+    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA (WGMMA, RING_W, CHUNKS=1): the
+    ring's words and scale bytes copied by the tensor memory accelerator instead of by every thread; TMA=2 x's
+    rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
+    mlp2. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -552,11 +579,13 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP)
+               XSKIP=XSKIP, TMA=TMA)
     scale = act16_scale(limit)
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
-    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain)
+    # TMA=2: mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot gather)
+    xg = xq.index_select(0, r.sorted // r.top_k) if TMA == 2 and WGMMA and not INTERPRETED else None
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, xg=xg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
@@ -581,13 +610,19 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as are EPI_EARLY and XSKIP."""
+    built into the WGMMA kernel only, as are EPI_EARLY, XSKIP and TMA (whose other needs wgmma_reason checks).
+    TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step; with TMA=2 x's rows
+    come as a box, so XSKIP would only repeat a config."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
+    if cfg.get("TMA") and cfg["CHUNKS"] != 1:
+        return "TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step (CHUNKS=1)"
+    if cfg.get("TMA") == 2 and cfg.get("XSKIP"):
+        return "TMA=2 copies x's rows as one box (XSKIP masks cp.async copies; it would repeat a config)"
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):
@@ -622,10 +657,10 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True)},
+           "XSKIP": (False, True), "TMA": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -616,6 +616,53 @@ def test_moe_mma_skipped_x_rows_are_bit_identical(device):
     assert "only with WGMMA" in v.reason({**v.defaults, "XSKIP": True}, problem)
 
 
+def test_moe_mma_tma_copies_are_bit_identical(device):
+    """TMA copies each K step's weight words and scale bytes by tensor-memory-accelerator boxes (mlp1: a gate and
+    a linear box landing in the two halves of the slot) instead of 16-byte cp.async copies, and TMA=2 the tile's x
+    rows too, from x gathered in expert-sorted order (mlp1) or act (mlp2): the same bytes reach the same slots,
+    so the bits do not change (tiles of 8 and 64 rows, partial row tiles of both halves, CHAIN, ROWS2, EPI_EARLY).
+    The interpreter has no TMA: on the CPU this checks the plumbing and the rules."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    dw, x, r, ref = odd_layer(17, 21, 5, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 1}, {"BLOCK_M": 8, "ROWS": 2, "ROWS2": 1},
+                  {"BLOCK_M": 64, "ROWS": 2}, {"BLOCK_M": 16, "ROWS": 1}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        for tma in (True, 2):
+            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, TMA=tma), y), (extra, tma)
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "TMA": 2}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "TMA": 2}, problem)
+    assert "needs RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "TMA": True}, problem)
+    assert "CHUNKS=1" in v.reason({**v.defaults, **cfg, "CHUNKS": 2, "TMA": True}, problem)
+    assert "XSKIP" in v.reason({**v.defaults, **cfg, "TMA": 2, "XSKIP": True}, problem)
+
+
+@pytest.mark.gpu
+def test_moe_mma_tma_under_graphs_with_new_routing():
+    """TMA=2 gathers mlp1's x rows per call and encodes its descriptors on the host: under a CUDA graph of route +
+    layer, fresh logits and x before each of 10 replays must give the eager call's bits (without TMA), so the
+    captured descriptors point at buffers the replays refill."""
+    dev = torch.device("cuda")
+    dw, x, _, _ = odd_layer(29, 37, 6, dev)
+    g = torch.Generator(device=dev).manual_seed(3)
+    logits = torch.randn(37, 4, device=dev)
+    cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
+           "NIB": True, "RING_W": True, "CHAIN": True}
+    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", TMA=2, **cfg)  # compile outside
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", TMA=2, **cfg)
+    for rep in range(10):
+        logits.copy_(torch.randn(37, 4, generator=g, device=dev))
+        x.copy_(torch.randn(37, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
+        graph.replay()
+        y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg)
+        torch.cuda.synchronize()
+        assert torch.equal(yt, y), rep
+
+
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": True, "num_warps": 2},
     {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "TILED": True, "STAGES": 3},
