@@ -437,9 +437,10 @@ if gluon is not None:
         (5, sm_90 SASS).
         Measured on the lm_head 0.7-2.7% faster at 16-32 tokens in three runs (results/20261124T130435-h100-
         80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
-        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma with it (mlp1: a gate and a linear box
-        per step; 775dc81) measured geometric means of 1.013 and 1.018, up to 10% slower on 20b at 64-256
-        tokens (...131655-...-moe-tma, ...132921-...-moe-tma-mid), so only gemv_mma has it. EARLY: the
+        barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma's words alone by TMA (g1: mlp1's gate
+        and linear boxes) measured 0-3% slower (...131655-...-moe-tma, results/20261127T034340-h100-80gb-hbm3-
+        moe-mma-tma2); with x too (TMA=2) and 3 programs per SM it leads moe_mma from 512 tokens
+        (...20261127T034718-...-moe-mma-tma2-wide: 20b 4096 tokens 1939.1 -> 1672.0 us). EARLY: the
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
         160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""

@@ -20,8 +20,12 @@ Options measured on the H100: TILED (read tile_mxfp4's chunk-major copies: 2-23%
 ...-moe-mma-tiled) and STAGES (a cp.async ring in shared memory instead of register loads: slower at most points,
 ...035210-...-moe-mma-ring; kept for the comparison) and WGMMA (sm_90 wgmma on the same decoded registers, x in
 logical K order through a cp.async ring, mlp1's gate and linear rows stacked in one accumulator; RING_W: the
-weights through the ring too): 1.3-1.8x faster from 512 tokens, still issue-bound by the decode there
-(results/20261123T053157-...-moe-mma-wgmma, ...051500-...-ncu-moe-wgmma).
+weights through the ring too): 1.3-1.8x faster from 512 tokens (results/20261123T053157-...-moe-mma-wgmma,
+...051500-...-ncu-moe-wgmma). TMA=2 (with RING_W): each step's words, scale bytes and x rows as TMA boxes instead
+of every thread's cp.async copies (x from an expert-sorted copy for mlp1), which the latency-bound loop needs:
+the copies cost it a quarter of its rate (.device/wgmma_ladder.py, results/20261127T032852-h100-80gb-hbm3-wgmma-
+ladder), and the smaller build fits 3 programs per SM with MAXNREG=168: 5-14% faster from 512 tokens
+(results/20261127T034718-h100-80gb-hbm3-moe-mma-tma2-wide, ...034933-...-moe-mma-tma2-caps).
 """
 
 from __future__ import annotations
