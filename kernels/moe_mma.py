@@ -669,6 +669,7 @@ register(Variant(
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
-                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots; "
-                "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
+                "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
+                "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
+                "per word, not 15)",
 ))
