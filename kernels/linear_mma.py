@@ -439,7 +439,7 @@ if gluon is not None:
         80gb-hbm3-linear-tma, ...131803-..., ...133911-...); mbarriers of their own for words and scales (4
         barriers) measured no better (0.2-1.8%, ...132853-...). moe_mma's words alone by TMA (g1: mlp1's gate
         and linear boxes) measured 0-3% slower (...131655-...-moe-tma, results/20261127T034340-h100-80gb-hbm3-
-        moe-mma-tma2); with x too (TMA=2) and 3 programs per SM it leads moe_mma from 512 tokens
+        moe-mma-tma2); with x too (TMA=2) and 3 programs per SM it leads moe_mma from 1024 tokens
         (...20261127T034718-...-moe-mma-tma2-wide: 20b 4096 tokens 1939.1 -> 1672.0 us). EARLY: the
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens

@@ -24,7 +24,7 @@ weights through the ring too): 1.3-1.8x faster from 512 tokens (results/20261123
 ...051500-...-ncu-moe-wgmma). TMA=2 (with RING_W): each step's words, scale bytes and x rows as TMA boxes instead
 of every thread's cp.async copies (x from an expert-sorted copy for mlp1), which the latency-bound loop needs:
 the copies cost it a quarter of its rate (.device/wgmma_ladder.py, results/20261127T032852-h100-80gb-hbm3-wgmma-
-ladder), and the smaller build fits 3 programs per SM with MAXNREG=168: 5-14% faster from 512 tokens
+ladder), and the smaller build fits 3 programs per SM with MAXNREG=168: 4-15% faster from 1024 tokens
 (results/20261127T034718-h100-80gb-hbm3-moe-mma-tma2-wide, ...034933-...-moe-mma-tma2-caps).
 """
 
