@@ -616,7 +616,9 @@ def _rule_ring(cfg, problem):
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
     built into the WGMMA kernel only, as are EPI_EARLY, XSKIP and TMA (whose other needs wgmma_reason checks).
     TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step; with TMA=2 x's rows
-    come as a box, so XSKIP would only repeat a config."""
+    come as a box, so XSKIP would only repeat a config, and mlp2's box reads act, which CHAIN publishes through
+    device counters: the PTX memory model wants an async-proxy fence after such an acquire, which the kernel does
+    not have, so that pair is refused (the launch boundary's PDL wait orders it otherwise)."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
@@ -627,6 +629,9 @@ def _rule_ring(cfg, problem):
         return "TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step (CHUNKS=1)"
     if cfg.get("TMA") == 2 and cfg.get("XSKIP"):
         return "TMA=2 copies x's rows as one box (XSKIP masks cp.async copies; it would repeat a config)"
+    if cfg.get("TMA") == 2 and cfg.get("CHAIN"):
+        return ("CHAIN with TMA=2: mlp2's x box (async proxy) would read act rows published through a counter "
+                "(generic proxy) with no proxy fence between them")
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):

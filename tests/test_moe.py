@@ -620,14 +620,17 @@ def test_moe_mma_tma_copies_are_bit_identical(device):
     """TMA copies each K step's weight words and scale bytes by tensor-memory-accelerator boxes (mlp1: a gate and
     a linear box landing in the two halves of the slot) instead of 16-byte cp.async copies, and TMA=2 the tile's x
     rows too, from x gathered in expert-sorted order (mlp1) or act (mlp2): the same bytes reach the same slots,
-    so the bits do not change (tiles of 8 and 64 rows, partial row tiles of both halves, CHAIN, ROWS2, EPI_EARLY).
-    The interpreter has no TMA: on the CPU this checks the plumbing and the rules."""
+    so the bits do not change (tiles of 8 and 64 rows, partial row tiles of both halves, CHAIN with TMA's words,
+    ROWS2, EPI_EARLY, three programs per SM). The interpreter has no TMA: on the CPU this checks the plumbing and
+    the rules."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(17, 21, 5, device)
-    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 1}, {"BLOCK_M": 8, "ROWS": 2, "ROWS2": 1},
-                  {"BLOCK_M": 64, "ROWS": 2}, {"BLOCK_M": 16, "ROWS": 1}):
+    for extra, modes in (({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 1}, (True,)),
+                         ({"BLOCK_M": 8, "ROWS": 2, "ROWS2": 1}, (True, 2)), ({"BLOCK_M": 64, "ROWS": 2}, (True, 2)),
+                         ({"BLOCK_M": 64, "ROWS": 2, "MAXNREG": 168, "EPI_EARLY": 1}, (2,)),
+                         ({"BLOCK_M": 16, "ROWS": 1}, (True, 2))):
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
-        for tma in (True, 2):
+        for tma in modes:
             assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, TMA=tma), y), (extra, tma)
         assert rel_err(y, ref) < TOL
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
@@ -636,6 +639,8 @@ def test_moe_mma_tma_copies_are_bit_identical(device):
     assert "needs RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "TMA": True}, problem)
     assert "CHUNKS=1" in v.reason({**v.defaults, **cfg, "CHUNKS": 2, "TMA": True}, problem)
     assert "XSKIP" in v.reason({**v.defaults, **cfg, "TMA": 2, "XSKIP": True}, problem)
+    assert "proxy fence" in v.reason({**v.defaults, **cfg, "TMA": 2, "CHAIN": True}, problem)
+    assert v.reason({**v.defaults, **cfg, "TMA": True, "CHAIN": True}, problem) is None
 
 
 @pytest.mark.gpu
@@ -648,7 +653,7 @@ def test_moe_mma_tma_under_graphs_with_new_routing():
     g = torch.Generator(device=dev).manual_seed(3)
     logits = torch.randn(37, 4, device=dev)
     cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "NIB": True, "RING_W": True, "CHAIN": True}
+           "NIB": True, "RING_W": True, "EPI_EARLY": 1}
     K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", TMA=2, **cfg)  # compile outside
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
