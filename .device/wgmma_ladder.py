@@ -24,7 +24,8 @@ builds the loop up one piece at a time, on data already on chip, so each rung's 
 
 Each kernel runs STEPS K steps of 128 in every program of a one-wave grid (P programs per SM); the rate is
 2 * BLOCK_N * BLOCK_M * 128 * STEPS * programs / time, next to the in-process cuBLAS bf16 rate (8192^3).
-Timing: CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic, nothing to rotate).
+Timing: labkit.hardware's spin-led CUDA events around one launch after a warm-up, median of 5 (no DRAM traffic,
+nothing to rotate).
 
 call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only;
          --only=BLOCK_M,ROWS,P[/...] and --modes=a,b,...: a subset, e.g. under Nsight Compute;
@@ -32,12 +33,12 @@ call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build
          per launch (default 1), for the shape of real programs: a gpt-oss K of 2880 is 22.5 steps)
 """
 import functools
-import statistics
 import sys
 
 import torch
 
 from kernels.linear_mma import gluon, row_layout, wg_layouts, wg_ring_layouts
+from labkit.hardware import _median_ms
 
 if gluon is None:
     raise SystemExit("needs Triton with Gluon (>= 3.4)")
@@ -290,17 +291,9 @@ def main():
 
 
 def median_ms(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
+    """Median of `reps` event-timed calls after one warm-up (labkit.hardware's, a spin kernel queued ahead of each
+    so host launch latency stays out; the runs of 2026-11-27 timed plain event pairs, 0.2-4 ms kernels)."""
+    return _median_ms(fn, reps, 1)
 
 
 if __name__ == "__main__":

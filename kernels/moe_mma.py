@@ -588,7 +588,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     # TMA=2: mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot gather)
-    xg = xq.index_select(0, r.sorted // r.top_k) if TMA == 2 and WGMMA and not INTERPRETED else None
+    xg = xq.index_select(0, r.sorted // r.top_k) if TMA == 2 and WGMMA and not INTERPRETED and gluon else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, xg=xg)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
