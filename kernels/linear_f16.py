@@ -76,16 +76,25 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 
 
 @triton.jit
-def _x16_kernel(x_ptr, o_ptr, xs_ptr, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
-                LOGICAL: tl.constexpr):
-    """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it."""
+def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
+                PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr):
+    """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
+    GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0."""
     pdl_enter()
-    x16_row(x_ptr, o_ptr, xs_ptr, tl.program_id(0), K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL)
+    p = tl.program_id(0)
+    if GATHER:
+        slot = tl.load(rows_ptr + p)
+        m = slot // TOPK
+        # o_ptr moved so that x16_row's row m lands at row p
+        x16_row(x_ptr, o_ptr + (p - m).to(tl.int64) * stride_om, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K,
+                PLANES, LOGICAL, slot % TOPK == 0)
+    else:
+        x16_row(x_ptr, o_ptr, xs_ptr, p, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, True)
 
 
 @triton.jit
 def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
-            LOGICAL: tl.constexpr = False):
+            LOGICAL: tl.constexpr = False, keep_xs=True):
     """x_to_f16 of row m (one program; also moe_fused's first stage). A row of at most BLOCK_K output positions
     takes one pass: each element is gathered once into its output position (padding as zeros), so the row's
     max comes from the same registers that are then stored (one load round trip, not two). Longer rows: a
@@ -107,7 +116,7 @@ def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl
             src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
             v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
             tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < stride_om)
-    tl.store(xs_ptr + m, down)
+    tl.store(xs_ptr + m, down, mask=keep_xs)
 
 
 @triton.jit
@@ -140,8 +149,8 @@ def logical_pos(el):
     return ((el // 8) % 4) * 32 + ((el // 2) % 2) * 16 + (el % 2) * 8 + (el // 32) * 2 + (el // 4) % 2
 
 
-def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1,
-             logical: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
+             rows: torch.Tensor | None = None, top_k: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -151,17 +160,25 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1,
     16 words for aligned vector loads) or, with logical=True, in gemv_mma's logical K order per 128-K chunk
     (kernels.linear_f16.logical_elem; [M, K rounded up to 128 and to `pad`]): the order wgmma reads its B
     operand from shared memory in, so rows are copied there as they are.
+
+    rows (int [S], each of 0..M * top_k - 1 once, as a routing's sorted slots): the output's row p is x row
+    rows[p] // top_k, as o.index_select(0, rows // top_k) but in the one launch (moe_mma TMA=2 reads a token
+    tile's rows as one box); xs stays per token.
     """
     M, K = x.shape
     if logical:
         pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
-    o = torch.empty((M, width), device=x.device, dtype=torch.float16)
+    S = M if rows is None else rows.numel()
+    if rows is not None and S != M * top_k:
+        raise ValueError(f"rows must hold each of the {M} tokens' {top_k} slots once, got {S} rows")
+    o = torch.empty((S, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
-    if M:
+    if S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
-        _x16_kernel[(M,)](x, o, xs, K, x.stride(0), width, width // 4, BLOCK_K=block, PLANES=planes,
-                          LOGICAL=logical, num_warps=4 if block <= 2048 else 8, **pdl_launch())
+        _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
+                          BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None,
+                          num_warps=4 if block <= 2048 else 8, **pdl_launch())
     return o, xs
 
 

@@ -490,10 +490,10 @@ if gluon is not None:
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
-            xg=None) -> int:
+            gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
-    its stores into them, mlp2 waits for `need` of them per tile). xg: mlp1's x rows gathered per expert-sorted
-    position (TMA=2)."""
+    its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
+    expert-sorted position (TMA=2, read as boxes only), not per token."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -528,8 +528,9 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
             wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"])
         if tma == 2:  # new each call, as gemv_mma's x16 (a CUDA graph keeps the captured descriptor)
-            src = xg if phase == 1 else x16
-            xdesc = TensorDescriptor(src, list(src.shape), [src.shape[1], 1], [BM, 128 * cfg["CHUNKS"]], SX)
+            if phase == 1 and not gathered:
+                raise ValueError("moe_mma TMA=2: mlp1 reads x gathered per sorted position (x_to_f16(rows=...))")
+            xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM, 128 * cfg["CHUNKS"]], SX)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
@@ -585,11 +586,12 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA)
     scale = act16_scale(limit)
-    xq, xs = x_to_f16(x, pad=step, logical=WGMMA)
+    # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
+    # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
+    gather = TMA == 2 and WGMMA and not INTERPRETED and gluon is not None
+    xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
-    # TMA=2: mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot gather)
-    xg = xq.index_select(0, r.sorted // r.top_k) if TMA == 2 and WGMMA and not INTERPRETED and gluon else None
-    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, xg=xg)
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots

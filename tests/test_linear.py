@@ -255,6 +255,22 @@ def test_x_to_f16_logical_order_is_the_mma_fragments_k_order(device):
     assert sorted(el.tolist()) == list(range(128))
 
 
+@pytest.mark.parametrize("logical", [False, True])
+def test_x_to_f16_gathers_rows_per_sorted_slot(logical, device):
+    """rows=: output row p is token rows[p] // top_k's row (moe_mma TMA=2's expert-sorted x), bit for bit the
+    per-token rows, with xs per token; a rows tensor that is not every slot once is refused."""
+    from kernels.linear_f16 import x_to_f16
+
+    x = (torch.randn(5, 200) * torch.tensor([1e-3, 1.0, 30.0, 0.5, 7.0])[:, None]).to(torch.bfloat16).to(device)
+    rows = torch.randperm(10).to(device)
+    plain, xs = x_to_f16(x, pad=128, logical=logical)
+    got, xs2 = x_to_f16(x, pad=128, logical=logical, rows=rows, top_k=2)
+    assert got.shape == (10, plain.shape[1])
+    assert torch.equal(got, plain.index_select(0, rows // 2)) and torch.equal(xs2, xs)
+    with pytest.raises(ValueError, match="slots once"):
+        x_to_f16(x, rows=rows[:7], top_k=2)
+
+
 def test_x_to_f16_planes_hold_the_pairs_of_each_weight_word(device):
     from kernels.linear_f16 import plane_words, x_to_f16
 
