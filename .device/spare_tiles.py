@@ -1,14 +1,15 @@
-"""What moe_mma's spare programs cost: the token-tile grid is sized for the worst routing (kernels.moe.tile_slots:
-cdiv(S, BLOCK_M) + min(E, S)), and every program past the routing's real tiles loads the offsets, scans them and
-exits. At 120b 32 tokens (BLOCK_M=8, 45 column tiles) that is ~2700 of ~6500 mlp1 programs. Times the layer
-(CUDA graphs over the sweep's routing sample and relabelings, labkit.bench.time_calls) with the grid as shipped,
-with the tight worst case (floor((S + min(E, S) * (BLOCK_M - 1)) / BLOCK_M)), and with exactly the routing's
-tiles (read on the host: a probe only, a real layer cannot know it without a sync); checks the three agree bit
-for bit first.
+"""What moe_mma's spare programs cost: the token-tile grid is sized for the worst routing (kernels.moe.tile_slots)
+and every program past the routing's real tiles loads the offsets, scans them and exits. At 120b 32 tokens
+(BLOCK_M=8, 45 column tiles) the old bound cdiv(S, BLOCK_M) + min(E, S) made ~2900 of ~6500 mlp1 programs spare.
+Times the layer (CUDA graphs over the sweep's routing sample and relabelings, labkit.bench.time_calls) with
+  old      the old bound
+  tight    tile_slots as shipped: floor((S + min(E, S) * (BLOCK_M - 1)) / BLOCK_M), the exact worst case
+  spare    tight, with SPARE_FIRST (spare programs first, exiting before their PDL wait)
+  exact    exactly the routing's tiles (read on the host: a probe only; a layer cannot know it without a sync)
+checking that all agree bit for bit first.
 
-call as: python3 .device/spare_tiles.py [OUT_DIR]   (writes spare_tiles.csv there)
+call as: python3 .device/spare_tiles.py [OUT_DIR]   (writes spare_tiles.csv and meta.json there)
 """
-import os
 import sys
 
 import torch
@@ -18,6 +19,7 @@ from kernels import moe_mma as MM
 from labkit import routing as routing_gen
 from labkit.bench import settle_allocator, time_calls
 from labkit.bench_moe import MoEBench, _relabel, point_seed
+from labkit.runs import probe_run
 
 WG = dict(CHUNKS=1, num_warps=4, WGMMA=True, STAGES=4, TILED=True, RING_W=True, NIB=True)
 C8 = dict(WG, BLOCK_M=8, ROWS=2, ROWS2=1, CHAIN=True, EPI_EARLY=2)
@@ -29,9 +31,9 @@ shipped = MM.tile_slots
 exact = {}
 
 
-def tight(r, bm):
+def old(r, bm):
     S = r.sorted.numel()
-    return (S + min(r.num_experts, S) * (bm - 1)) // bm
+    return -(-S // bm) + min(r.num_experts, S)
 
 
 def real(r, bm):
@@ -39,11 +41,12 @@ def real(r, bm):
 
 
 def layer_calls(x, rs, p1, p2, bench, full):
+    """One layer call per routing, as the sweep's moe_layer op makes them."""
     return [lambda r=r: MM.run_moe_mma(x, r, p1, bench.b1, p2, bench.b2, 1.702, 7.0, **full) for r in rs]
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT")
+    run = probe_run("spare-tiles")
     lines = ["model,tokens,grid,tiles,us,p10,p90"]
     bench = None
     for model, tokens, cfg in POINTS:
@@ -62,10 +65,11 @@ def main():
         for r in rs:
             counts = (r.offsets[1:] - r.offsets[:-1]).cpu()
             exact[(id(r), bm)] = int(((counts + bm - 1) // bm).sum())
-        calls = layer_calls(x, rs, p1, p2, bench, full)
         ref = None
-        for name, fn in (("shipped", shipped), ("tight", tight), ("exact", real)):
+        for name, fn, spare in (("old", old, False), ("tight", shipped, False), ("spare", shipped, True),
+                                ("exact", real, False)):
             MM.tile_slots = fn
+            calls = layer_calls(x, rs, p1, p2, bench, {**full, "SPARE_FIRST": spare})
             got = calls[0]()
             ref = got if ref is None else ref
             assert torch.equal(got, ref), (model, tokens, name)
@@ -75,10 +79,13 @@ def main():
                          f"{t['us_graph_p90']:.2f}")
             print(lines[-1], flush=True)
         MM.tile_slots = shipped
-    if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "spare_tiles.csv"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+        if run:
+            (run.path / "spare_tiles.csv").write_text("\n".join(lines) + "\n")
+    if run:
+        run.update_meta(contents="spare_tiles.csv: CUDA-graph us per moe_mma layer call with the token-tile grid "
+                                 "bounds old, tight (shipped), tight with SPARE_FIRST, and exact (host-read), at "
+                                 "the sweeps' leader configs")
+        run.finish()
     print("\n".join(lines))
 
 

@@ -587,9 +587,11 @@ def _launch_tc(phase, src, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
 
 
 def tile_slots(r: Routing, block_m: int) -> int:
-    """Grid size over token tiles: at least the sum over experts of ceil(count / BLOCK_M), whatever the routing."""
+    """Grid size over token tiles: the most the sum over experts of ceil(count / BLOCK_M) can be for any routing
+    of S slots (at most min(E, S) experts hold a slot, each adding at most BLOCK_M - 1 to its count's round-up).
+    Programs past the routing's tiles exit; each costs its launch and the offsets' scan (.device/spare_tiles.py)."""
     S = r.sorted.numel()
-    return triton.cdiv(S, block_m) + min(r.num_experts, S)
+    return (S + min(r.num_experts, S) * (block_m - 1)) // block_m
 
 
 def expert_span(E: int) -> int:

@@ -120,6 +120,36 @@ def test_tile_rows_enumerates_each_experts_tiles_then_spares(counts, block_m, de
     assert all(live == 0 for *_, live in got[len(want):])
 
 
+@pytest.mark.parametrize("E,S,block_m", [(128, 128, 8), (32, 128, 8), (4, 37, 16), (8, 3, 8), (1, 40, 16),
+                                          (128, 1024, 16), (32, 32768, 64)])
+def test_tile_slots_is_the_worst_case_tile_count(E, S, block_m):
+    """tile_slots bounds the tiles of every routing of S slots over E experts, and some routing reaches it: the
+    grid has no spare program it could do without in the worst case (random routings, the one-slot-per-expert
+    worst case, and every slot on one expert)."""
+    from kernels.moe import tile_slots
+
+    def tiles(counts):
+        return int(((counts + block_m - 1) // block_m).sum())
+
+    class R:  # what tile_slots reads of a Routing
+        sorted = torch.empty(S)
+        num_experts = E
+
+    bound = tile_slots(R, block_m)
+    g = torch.Generator().manual_seed(S)
+    for _ in range(50):
+        ids = torch.randint(0, E, (S,), generator=g)
+        assert tiles(torch.bincount(ids, minlength=E)) <= bound
+    nz = min(E, S)  # worst case: nz experts with 1 + a multiple of block_m slots each, the rest on one of them
+    worst = torch.zeros(E, dtype=torch.long)
+    worst[:nz] = 1
+    rest = S - nz
+    worst[:nz] += torch.full((nz,), rest // block_m // nz * block_m)
+    worst[0] += S - int(worst.sum())
+    assert int(worst.sum()) == S and tiles(worst) == bound
+    assert tiles(torch.tensor([S] + [0] * (E - 1))) <= bound
+
+
 def test_zero_tokens_layer(layer, device):
     w1, b1, w2, b2 = (t.to(device) for t in layer)
     r = K.route(torch.zeros(0, E, device=device), TOPK)
@@ -643,22 +673,41 @@ def test_moe_mma_tma_copies_are_bit_identical(device):
     assert v.reason({**v.defaults, **cfg, "TMA": True, "CHAIN": True}, problem) is None
 
 
+def test_moe_mma_spare_first_is_bit_identical(device):
+    """SPARE_FIRST runs the token tiles in reverse order and finds each program's tile before its PDL wait, so the
+    worst-case grid's spare programs exit first without waiting: every tile still computes the same rows, so the
+    bits do not change (CHAIN's counters indexed by the same reversed tiles, ROWS2, TMA=2, tiles of 8 and 64).
+    The interpreter runs programs without PDL or order: on the CPU this checks the plumbing and the rule."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    dw, x, r, ref = odd_layer(19, 21, 5, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "ROWS2": 1, "EPI_EARLY": 2},
+                  {"BLOCK_M": 8, "ROWS": 1, "TMA": 2}, {"BLOCK_M": 64, "ROWS": 2, "TMA": 2, "MAXNREG": 168}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, SPARE_FIRST=True), y), extra
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert "only with WGMMA" in v.reason({**v.defaults, "SPARE_FIRST": True}, problem)
+
+
 @pytest.mark.gpu
-def test_moe_mma_tma_under_graphs_with_new_routing():
-    """TMA=2 gathers mlp1's x rows per call and encodes its descriptors on the host: under a CUDA graph of route +
-    layer, fresh logits and x before each of 10 replays must give the eager call's bits (without TMA), so the
-    captured descriptors point at buffers the replays refill."""
+@pytest.mark.parametrize("opts", [{"TMA": 2}, {"TMA": 2, "SPARE_FIRST": True}, {"CHAIN": True, "SPARE_FIRST": True}])
+def test_moe_mma_tma_under_graphs_with_new_routing(opts):
+    """TMA=2 gathers mlp1's x rows per call and encodes its descriptors on the host; SPARE_FIRST reads the
+    routing's offsets before the PDL wait (route's launch is two back, behind x_to_f16's): under a CUDA graph of
+    route + layer, fresh logits and x before each of 10 replays must give the eager call's bits (without the
+    options), so the captured descriptors point at buffers the replays refill and no program reads stale
+    offsets."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
     logits = torch.randn(37, 4, device=dev)
     cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
            "NIB": True, "RING_W": True, "EPI_EARLY": 1}
-    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", TMA=2, **cfg)  # compile outside
+    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)  # compile outside
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", TMA=2, **cfg)
+        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)
     for rep in range(10):
         logits.copy_(torch.randn(37, 4, generator=g, device=dev))
         x.copy_(torch.randn(37, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
