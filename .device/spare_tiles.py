@@ -4,9 +4,9 @@ and every program past the routing's real tiles loads the offsets, scans them an
 Times the layer (CUDA graphs over the sweep's routing sample and relabelings, labkit.bench.time_calls) with
   old      the old bound
   tight    tile_slots as shipped: floor((S + min(E, S) * (BLOCK_M - 1)) / BLOCK_M), the exact worst case
-  spare    tight, with SPARE_FIRST (spare programs first, exiting before their PDL wait)
   exact    exactly the routing's tiles (read on the host: a probe only; a layer cannot know it without a sync)
-checking that all agree bit for bit first.
+checking that all agree bit for bit first. (Its run at edb8289, results/20261127T061335-h100-80gb-hbm3-spare-tiles,
+also timed moe_mma's SPARE_FIRST, since removed: spare programs first, exiting before their PDL wait.)
 
 call as: python3 .device/spare_tiles.py [OUT_DIR]   (writes spare_tiles.csv and meta.json there)
 """
@@ -66,10 +66,9 @@ def main():
             counts = (r.offsets[1:] - r.offsets[:-1]).cpu()
             exact[(id(r), bm)] = int(((counts + bm - 1) // bm).sum())
         ref = None
-        for name, fn, spare in (("old", old, False), ("tight", shipped, False), ("spare", shipped, True),
-                                ("exact", real, False)):
+        for name, fn in (("old", old), ("tight", shipped), ("exact", real)):
             MM.tile_slots = fn
-            calls = layer_calls(x, rs, p1, p2, bench, {**full, "SPARE_FIRST": spare})
+            calls = layer_calls(x, rs, p1, p2, bench, full)
             got = calls[0]()
             ref = got if ref is None else ref
             assert torch.equal(got, ref), (model, tokens, name)
@@ -83,7 +82,7 @@ def main():
             (run.path / "spare_tiles.csv").write_text("\n".join(lines) + "\n")
     if run:
         run.update_meta(contents="spare_tiles.csv: CUDA-graph us per moe_mma layer call with the token-tile grid "
-                                 "bounds old, tight (shipped), tight with SPARE_FIRST, and exact (host-read), at "
+                                 "bounds old, tight (shipped) and exact (host-read), at "
                                  "the sweeps' leader configs")
         run.finish()
     print("\n".join(lines))

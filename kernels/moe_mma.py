@@ -414,7 +414,7 @@ if gluon is not None:
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
-                       TMA: gl.constexpr, SPARE_FIRST: gl.constexpr):
+                       TMA: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -428,26 +428,14 @@ if gluon is not None:
         after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live).
         TMA: the weights' words and scale bytes by TMA boxes (kernels.linear_mma._g_wg_tma_loop; GE 16-row
         groups per expert, mlp1 a gate and a linear box per step); TMA=2 the tile's x rows too, a box of
-        positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself).
-        SPARE_FIRST: token tiles in reverse order, so the grid's spare programs (sized for the worst routing,
-        kernels.moe.tile_slots) run first, and every program finds its tile before its PDL wait, so that the spare
-        ones exit without it: mlp1's while x_to_f16 runs, mlp2's during mlp1's last wave. (The offsets come from
-        the routing, two launches back at least: run_moe_mma always launches x_to_f16 before mlp1.)"""
-        if not SPARE_FIRST:
-            if CHAIN and PHASE == 2:
-                _g_pdl_release()
-            else:
-                _g_pdl_enter()
+        positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself)."""
+        if CHAIN and PHASE == 2:
+            _g_pdl_release()
+        else:
+            _g_pdl_enter()
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
-        if SPARE_FIRST:
-            tile = TILES - 1 - tile
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
-            if SPARE_FIRST:
-                if CHAIN and PHASE == 2:
-                    _g_pdl_release()
-                else:
-                    _g_pdl_enter()
             COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
             LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
             if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
@@ -547,7 +535,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
-                             SPARE_FIRST=bool(cfg.get("SPARE_FIRST")), **extra)
+                             **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -563,7 +551,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, SPARE_FIRST=False):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -585,9 +573,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA (WGMMA, RING_W, CHUNKS=1): the
     ring's words and scale bytes copied by the tensor memory accelerator instead of by every thread; TMA=2 x's
     rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
-    mlp2. SPARE_FIRST (WGMMA): token tiles in reverse order, each program finding its tile before its PDL wait,
-    so the grid's spare programs (tile_slots' worst case) exit first and without waiting. x16 (plane-major) is not
-    used: x_to_f16 always runs, so the routing is at least two launches back from mlp1."""
+    mlp2. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -598,7 +584,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, SPARE_FIRST=SPARE_FIRST)
+               XSKIP=XSKIP, TMA=TMA)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -630,8 +616,7 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as are EPI_EARLY, XSKIP, TMA (whose other needs wgmma_reason checks) and
-    SPARE_FIRST.
+    built into the WGMMA kernel only, as are EPI_EARLY, XSKIP and TMA (whose other needs wgmma_reason checks).
     TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step; with TMA=2 x's rows
     come as a box, so XSKIP would only repeat a config, and mlp2's box reads act, which CHAIN publishes through
     device counters: the PTX memory model wants an async-proxy fence after such an acquire, which the kernel does
@@ -639,7 +624,7 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP", "TMA", "SPARE_FIRST"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
     if cfg.get("TMA") and cfg["CHUNKS"] != 1:
@@ -683,10 +668,10 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "TMA": (False, True, 2), "SPARE_FIRST": (False, True)},
+           "XSKIP": (False, True), "TMA": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "SPARE_FIRST": False},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
