@@ -48,6 +48,7 @@ from .linear_mma import (
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, tile_mxfp4
 from .sync import consume, scratch, signal_count, wait_count
+from .trace import clock_ns, trace_args, trace_store
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
@@ -229,6 +230,8 @@ if gluon is not None:
     _g_chain_done = gluon.jit(_chain_done.fn)
     _g_wait_count = gluon.jit(wait_count.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
+    _g_clock_ns = gluon.jit(clock_ns.fn)
+    _g_trace_store = gluon.jit(trace_store.fn)
 
     @gluon.jit
     def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -414,7 +417,7 @@ if gluon is not None:
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
-                       TMA: gl.constexpr):
+                       TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -428,11 +431,16 @@ if gluon is not None:
         after them. XSKIP: x rows past the expert's last position are not copied (kernels.linear_mma.x_live).
         TMA: the weights' words and scale bytes by TMA boxes (kernels.linear_mma._g_wg_tma_loop; GE 16-row
         groups per expert, mlp1 a gate and a linear box per step); TMA=2 the tile's x rows too, a box of
-        positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself)."""
+        positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself). TRACE: each
+        program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM)."""
+        if TRACE:
+            t_start = _g_clock_ns()
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
             _g_pdl_enter()
+        if TRACE:
+            t_wait = _g_clock_ns()
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
@@ -446,6 +454,8 @@ if gluon is not None:
                     bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
+                if TRACE:
+                    t_wait = _g_clock_ns()
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
             ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
@@ -487,6 +497,8 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
+        if TRACE:
+            _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
@@ -535,7 +547,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
-                             **extra)
+                             **trace_args(f"mlp{phase}", grid, x16.device), **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}

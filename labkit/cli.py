@@ -246,6 +246,57 @@ def cmd_batch(args) -> int:
     return 1 if result.failures else 0
 
 
+def cmd_timeline(args) -> int:
+    """Trace moe_mma layers' programs on the GPU into a run folder (programs.csv, summary.csv, one chart per
+    point), or summarize and chart a stored one (--from)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .charts import save_figure
+    from .timeline import summarize, timeline_figure, trace_layer
+
+    if args.from_dir:
+        out = Path(args.from_dir)
+        df = pd.read_csv(out / "programs.csv")
+    else:
+        if not args.point:
+            print("labkit timeline: give --point MODEL TOKENS CONFIG (one or more) or --from RUN_DIR", file=sys.stderr)
+            return 2
+        from .runs import create_run
+
+        run = create_run("moe-timeline", out=args.out, parameters={"points": args.point, "routing": args.routing})
+        out = run.path
+        frames, times = [], []
+        for model, tokens, config in args.point:
+            label = f"{model} {tokens} tokens"
+            d, us_traced, us_plain = trace_layer(model, int(tokens), _parse_config(config), routing=args.routing)
+            frames.append(d.assign(point=label, config=config))
+            times.append({"point": label, "config": config, "us_traced": round(us_traced, 2),
+                          "us_untraced": round(us_plain, 2)})
+            print(f"{label}: layer {us_plain:.1f} us untraced, {us_traced:.1f} traced", flush=True)
+            df = pd.concat(frames, ignore_index=True)
+            df.to_csv(out / "programs.csv", index=False)  # after each point: a killed run keeps what it traced
+            pd.DataFrame(times).to_csv(out / "layer_us.csv", index=False)
+        run.update_meta(contents="programs.csv: one row per mlp1/mlp2 program of each traced layer call (us from "
+                                 "the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
+                                 "traced and untraced; summary.csv and timeline-*.html: labkit.timeline")
+        run.finish()
+    rows = []
+    for point, d in df.groupby("point", sort=False):
+        s = summarize(d)
+        rows.append(s.assign(point=point))
+        name = "timeline-" + "-".join(point.split()[:2])
+        save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
+    summary = pd.concat(rows, ignore_index=True)
+    summary.to_csv(out / "summary.csv", index=False)
+    last = summary[summary.call == summary.groupby("point").call.transform("max")]
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(last.drop(columns=["call"]).to_string(index=False))
+    print(f"written under {out}")
+    return 0
+
+
 def cmd_once(args) -> int:
     """Run one variant config a few times on random weights: the workload to put under ncu. A MoE variant
     runs one layer of --model's shape with --m tokens under --routing."""
@@ -443,6 +494,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sass)
+
+    p = sub.add_parser("timeline", help="per-program timeline of moe_mma layers (GPU), or of a stored run (--from)")
+    p.add_argument("--point", nargs=3, action="append", metavar=("MODEL", "TOKENS", "CONFIG"),
+                   help="a layer to trace: model, tokens and comma-separated NAME=VALUE config over moe_mma's "
+                        "defaults (WGMMA=true needed); repeatable")
+    p.add_argument("--routing", default="uniform", help="routing generator (default uniform)")
+    p.add_argument("--out", help="run folder (default results/<run id>)")
+    p.add_argument("--from", dest="from_dir", help="summarize and chart this run folder's programs.csv instead")
+    p.set_defaults(func=cmd_timeline)
 
     p = sub.add_parser("once", help="run one variant config a few times (a workload for ncu or nsys)")
     p.add_argument("variant")

@@ -1,0 +1,91 @@
+"""Program timelines: when each program of a traced launch started, got past its wait and ended, and on which SM.
+
+Why: at 16-256 tokens a gpt-oss-20b MoE layer streams its weights ~15% slower than a 120b layer at the same
+tokens per expert, and Nsight Compute only gives whole-launch averages (2-4 waves per launch on 20b against
+7-14 on 120b, results/20261124T011300-h100-80gb-hbm3-ncu-waves). A per-program record of %globaltimer shows
+where a layer's time goes: the ramp before the first program streams, programs waiting on their inputs
+(PDL, CHAIN counters), and the last partial wave.
+
+Kernels that support it take `trace_ptr` and a `TRACE` constexpr (off: the same build as without it) and call
+`trace_store` once per program, live or spare. The host side is `program_trace()`: launches made inside it
+allocate a record buffer each and pass TRACE=True (compiled kernels only: %globaltimer has no interpreter
+equivalent). labkit.timeline turns the records into a table and a chart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from ._triton import tl, triton
+
+#: int64 words per program record: start ns, after-wait ns, end ns, SM id * 2 + live
+WORDS = 4
+
+
+@triton.jit
+def clock_ns():
+    """%globaltimer (ns, GPU-wide; it advances in steps of ~32 ns on sm_90)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def trace_store(trace_ptr, pid, t_start, t_wait, live):
+    """Write program pid's record: its start and after-wait times (taken by the caller), now, and its SM."""
+    t_end = clock_ns()
+    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    rec = trace_ptr + pid.to(tl.int64) * 4
+    tl.store(rec, t_start)
+    tl.store(rec + 1, t_wait)
+    tl.store(rec + 2, t_end)
+    tl.store(rec + 3, sm.to(tl.int64) * 2 + live.to(tl.int64))
+
+
+@dataclass
+class Launch:
+    """One traced launch: its name (e.g. 'mlp1'), grid, and record buffer [programs, WORDS] (filled on the GPU
+    when the launch runs, again at each replay of a CUDA graph that captured it)."""
+
+    name: str
+    grid: tuple
+    records: torch.Tensor
+
+
+_active: list | None = None
+
+
+@contextlib.contextmanager
+def program_trace():
+    """Trace the launches of kernels that support it inside this block; yields the list of Launch they append
+    (read the records after the launches ran: synchronize, or replay the captured graph first)."""
+    global _active
+    outer, _active = _active, []
+    try:
+        yield _active
+    finally:
+        _active = outer
+
+
+def trace_args(name: str, grid: tuple, device) -> dict:
+    """Keyword arguments for a kernel launch: a fresh record buffer and TRACE=True inside program_trace(),
+    else TRACE=False (trace_ptr then points at a 1-word dummy the build never touches)."""
+    if _active is None:
+        return dict(trace_ptr=_dummy(device), TRACE=False)
+    n = 1
+    for g in grid:
+        n *= int(g)
+    records = torch.zeros((n, WORDS), dtype=torch.int64, device=device)
+    _active.append(Launch(name, tuple(int(g) for g in grid), records))
+    return dict(trace_ptr=records, TRACE=True)
+
+
+_dummies: dict = {}
+
+
+def _dummy(device) -> torch.Tensor:
+    key = str(device)
+    if key not in _dummies:
+        _dummies[key] = torch.zeros(1, dtype=torch.int64, device=device)
+    return _dummies[key]

@@ -1,0 +1,161 @@
+"""Program timelines of a MoE layer: which program ran when, on which SM, and how long it waited for its inputs.
+
+`trace_layer` runs a moe_mma layer as the sweep times it (CUDA-graph replays of one pass over routings relabeled
+to defeat L2, labkit.bench_moe) with kernels.trace recording every mlp1 / mlp2 program's start, the moment it got
+past its PDL or CHAIN wait, its end and its SM. `summarize` turns the records into one row per launch: the ramp
+before the first program streams, how long programs wait and run, how many run at once, and the tail after most
+programs have ended; `timeline_figure` draws the programs running and waiting over time.
+
+Only WGMMA builds of moe_mma record (the kernels that take TRACE); %globaltimer needs a GPU, so the capture
+needs one, while summaries and charts of a stored programs.csv work anywhere (`labkit timeline --from`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: columns of a programs table (one row per program of a traced launch)
+COLUMNS = ("call", "launch", "program", "x", "y", "live", "sm", "start_us", "wait_us", "end_us")
+
+
+def programs_frame(launches, call_of=None) -> pd.DataFrame:
+    """kernels.trace.Launch records -> one row per program, times in us from the earliest start of its call.
+    call_of: the call index of each launch (default: launches counted in pairs mlp1, mlp2 by name)."""
+    rows = []
+    call = -1
+    for i, launch in enumerate(launches):
+        if call_of is not None:
+            call = call_of[i]
+        elif launch.name == "mlp1" or call < 0:
+            call += 1
+        rec = launch.records.cpu().numpy()
+        gx = launch.grid[0]
+        pid = np.arange(rec.shape[0])
+        rows.append(pd.DataFrame({
+            "call": call, "launch": launch.name, "program": pid, "x": pid % gx, "y": pid // gx,
+            "live": (rec[:, 3] & 1).astype(bool), "sm": rec[:, 3] >> 1,
+            "start_ns": rec[:, 0], "wait_ns": rec[:, 1], "end_ns": rec[:, 2]}))
+    df = pd.concat(rows, ignore_index=True)
+    if (df[["start_ns", "wait_ns", "end_ns"]] == 0).any(axis=None):
+        raise RuntimeError("some programs left no record: read the records after the traced launches ran")
+    t0 = df.groupby("call")["start_ns"].transform("min")
+    for col in ("start", "wait", "end"):
+        df[f"{col}_us"] = (df[f"{col}_ns"] - t0) / 1e3
+    return df[list(COLUMNS)]
+
+
+def _running(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """How many intervals [start, end) contain each time in `at`."""
+    s, e = np.sort(starts), np.sort(ends)
+    return np.searchsorted(s, at, side="right") - np.searchsorted(e, at, side="right")
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (call, launch): programs (live / spare), when the first started and the last ended, how long
+    live programs waited for their inputs and then ran (median, p90), how many ran at once (mean over the
+    launch's span, peak), and the tail: the time from when 90% of its live programs had ended to its last end.
+    Times in us from the call's first program start."""
+    out = []
+    for (call, launch), g in df.groupby(["call", "launch"], sort=False):
+        live = g[g.live]
+        run = live.end_us - live.wait_us
+        wait = live.wait_us - live.start_us
+        first, last = g.start_us.min(), g.end_us.max()
+        grid = np.linspace(first, last, 2001)
+        busy = _running(live.wait_us.to_numpy(), live.end_us.to_numpy(), grid)
+        out.append({
+            "call": call, "launch": launch, "programs": len(g), "live": len(live), "sms": g.sm.nunique(),
+            "first_start_us": round(first, 2), "first_run_us": round(live.wait_us.min(), 2),
+            "last_end_us": round(last, 2), "span_us": round(last - first, 2),
+            "wait_p50_us": round(wait.median(), 2), "wait_p90_us": round(wait.quantile(0.9), 2),
+            "run_p50_us": round(run.median(), 2), "run_p90_us": round(run.quantile(0.9), 2),
+            "spare_us": round((g[~g.live].end_us - g[~g.live].start_us).mean(), 2) if (~g.live).any() else 0.0,
+            "running_mean": round(float(busy.mean()), 1), "running_peak": int(busy.max()),
+            "tail_us": round(last - live.end_us.quantile(0.9), 2),
+        })
+    return pd.DataFrame(out)
+
+
+def occupancy(df: pd.DataFrame, call: int | None = None, points: int = 1500) -> pd.DataFrame:
+    """Programs running (past their wait) and waiting (started, not yet past it) per launch over one call's time
+    (default: the last call)."""
+    call = df.call.max() if call is None else call
+    d = df[(df.call == call) & df.live]
+    t = np.linspace(0.0, d.end_us.max(), points)
+    cols = {"t_us": t}
+    for launch, g in d.groupby("launch", sort=False):
+        cols[f"{launch} running"] = _running(g.wait_us.to_numpy(), g.end_us.to_numpy(), t)
+        cols[f"{launch} waiting"] = _running(g.start_us.to_numpy(), g.wait_us.to_numpy(), t)
+    return pd.DataFrame(cols)
+
+
+def timeline_figure(df: pd.DataFrame, title: str, call: int | None = None):
+    """A plotly figure of occupancy(): running programs solid, waiting ones dotted, one colour per launch."""
+    import plotly.graph_objects as go
+
+    occ = occupancy(df, call)
+    fig = go.Figure()
+    colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+    for i, col in enumerate(c for c in occ.columns if c.endswith("running")):
+        launch = col[: -len(" running")]
+        colour = colours[i % len(colours)]
+        fig.add_trace(go.Scatter(x=occ.t_us, y=occ[col], name=col, line=dict(color=colour, shape="hv")))
+        fig.add_trace(go.Scatter(x=occ.t_us, y=occ[f"{launch} waiting"], name=f"{launch} waiting",
+                                 line=dict(color=colour, dash="dot", shape="hv")))
+    fig.update_layout(title=title, xaxis_title="us from the layer's first program start",
+                      yaxis_title="live programs", template="plotly_white", width=1000, height=450)
+    return fig
+
+
+def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform", replays: int = 10):
+    """Trace a moe_mma layer as the sweep times it. Returns (programs frame, layer us traced, layer us untraced):
+    the layer times are medians of CUDA-graph replays of the whole pass divided by its calls, so the two show
+    what the records cost. Checks first that the traced pass gives the untraced pass's bits."""
+    import torch
+
+    import kernels as K
+    from kernels.trace import program_trace
+
+    from . import routing as routing_gen
+    from .bench_moe import MoEBench, MoECase, point_seed
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("tracing needs a GPU (%globaltimer); `labkit timeline --from programs.csv` works anywhere")
+    full = {**K.VARIANTS["moe_mma"].defaults, **config}
+    if not full.get("WGMMA"):
+        raise ValueError("only moe_mma's WGMMA builds record program timelines (config needs WGMMA=True)")
+    bench = MoEBench(model, baseline=False)
+    sample = routing_gen.generate(routing, tokens, bench.E, bench.k, seed=point_seed(tokens, routing))
+    case = MoECase(model=model, tokens=tokens, routing=routing, variant="moe_mma", experts=bench.E, top_k=bench.k,
+                   hidden=bench.H, intermediate=bench.I, config=full)
+    calls, _ = bench.calls(case, sample)
+    want = [c() for c in calls]  # compiles and prepares the weights
+    torch.cuda.synchronize()
+
+    def graph_us(g):
+        times = []
+        for _ in range(replays):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / len(calls))
+        return float(np.median(times))
+
+    plain = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(plain):
+        for c in calls:
+            c()
+    with program_trace() as launches:
+        traced = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(traced):
+            got = [c() for c in calls]
+    traced.replay()
+    torch.cuda.synchronize()
+    for w, g in zip(want, got):
+        if not torch.equal(w, g):
+            raise AssertionError("the traced layer's output differs from the untraced layer's")
+    us_plain, us_traced = graph_us(plain), graph_us(traced)
+    return programs_frame(launches), us_traced, us_plain

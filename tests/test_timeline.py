@@ -1,0 +1,112 @@
+"""Program timelines (kernels.trace, labkit.timeline): the record plumbing and the summary arithmetic on the CPU,
+the records themselves on the GPU."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+import kernels as K
+from kernels import trace
+from labkit import timeline
+from tests.test_moe import odd_layer
+
+
+def _launch(name, grid, recs):
+    """A Launch whose records are given as (start, wait, end, sm, live) in ns."""
+    words = torch.tensor([[s, w, e, sm * 2 + live] for s, w, e, sm, live in recs], dtype=torch.int64)
+    return trace.Launch(name, grid, words)
+
+
+def test_trace_args_pass_a_buffer_per_launch_only_inside_program_trace():
+    off = trace.trace_args("mlp1", (3, 2), "cpu")
+    assert off["TRACE"] is False and off["trace_ptr"].numel() == 1
+    with trace.program_trace() as launches:
+        on = trace.trace_args("mlp1", (3, 2), "cpu")
+        trace.trace_args("mlp2", (5, 2), "cpu")
+    assert on["TRACE"] is True and on["trace_ptr"].shape == (6, trace.WORDS)
+    assert [(lc.name, lc.grid) for lc in launches] == [("mlp1", (3, 2)), ("mlp2", (5, 2))]
+    assert trace.trace_args("mlp1", (3, 2), "cpu")["TRACE"] is False  # the block ended
+
+
+def test_summary_of_known_programs():
+    """Two calls of mlp1 (grid 2 x 2: three live programs and one spare) and mlp2 (one program): the frame's
+    times are us from each call's first start, and the summary's waits, runs, occupancy and tail are the ones
+    these records imply."""
+    base = 10_000_000
+    calls = []
+    for c in range(2):
+        t = base + c * 1_000_000
+        calls.append(_launch("mlp1", (2, 2), [(t, t + 1000, t + 11000, 0, 1), (t, t + 2000, t + 12000, 1, 1),
+                                              (t + 500, t + 500, t + 900, 2, 0),
+                                              (t + 1000, t + 3000, t + 23000, 0, 1)]))
+        calls.append(_launch("mlp2", (1, 1), [(t + 5000, t + 23000, t + 30000, 1, 1)]))
+    df = timeline.programs_frame(calls)
+    assert list(df.columns) == list(timeline.COLUMNS)
+    assert sorted(df.call.unique()) == [0, 1]
+    one = df[df.call == 1]
+    assert one.start_us.min() == 0 and one.end_us.max() == 30.0
+    assert list(one[one.launch == "mlp1"].x) == [0, 1, 0, 1] and list(one[one.launch == "mlp1"].y) == [0, 0, 1, 1]
+    s = timeline.summarize(df)
+    m1 = s[(s.call == 1) & (s.launch == "mlp1")].iloc[0]
+    assert (m1.programs, m1.live, m1.sms) == (4, 3, 3)
+    assert m1.first_start_us == 0 and m1.first_run_us == 1.0 and m1.last_end_us == 23.0
+    assert m1.wait_p50_us == 2.0 and m1.run_p50_us == 10.0 and m1.spare_us == 0.4
+    assert m1.running_peak == 3
+    assert m1.tail_us == pytest.approx(23.0 - (12.0 + 0.8 * 11.0))  # pandas' linear p90 of ends 11, 12, 23
+    m2 = s[(s.call == 1) & (s.launch == "mlp2")].iloc[0]
+    assert m2.wait_p50_us == 18.0 and m2.run_p50_us == 7.0 and m2.tail_us == 0
+    occ = timeline.occupancy(df)
+    at = occ.iloc[(occ.t_us - 6.0).abs().argmin()]
+    assert at["mlp1 running"] == 3 and at["mlp2 waiting"] == 1 and at["mlp2 running"] == 0
+
+
+def test_programs_frame_refuses_unwritten_records():
+    with pytest.raises(RuntimeError, match="no record"):
+        timeline.programs_frame([_launch("mlp1", (2, 1), [(5, 6, 7, 0, 1), (0, 0, 0, 0, 0)])])
+
+
+def test_timeline_cli_from_a_stored_run(tmp_path):
+    """`labkit timeline --from` summarizes a stored programs.csv per point and writes summary.csv and a chart."""
+    t = 7_000_000
+    mlp1 = _launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t + 2000, t + 9000, 1, 1)])
+    df = timeline.programs_frame([mlp1, _launch("mlp2", (1, 1), [(t + 3000, t + 9000, t + 12000, 0, 1)])])
+    df.assign(point="gpt-oss-20b 16 tokens", config="WGMMA=true").to_csv(tmp_path / "programs.csv", index=False)
+    out = subprocess.run([sys.executable, "-m", "labkit", "timeline", "--from", str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "mlp2" in out and "gpt-oss-20b 16 tokens" in out
+    s = pd.read_csv(tmp_path / "summary.csv")
+    assert list(s.launch) == ["mlp1", "mlp2"] and s.last_end_us.max() == 12.0
+    assert (tmp_path / "timeline-gpt-oss-20b-16.html").is_file()
+    bad = subprocess.run([sys.executable, "-m", "labkit", "timeline"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--point" in bad.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("extra", [{"CHAIN": True, "ROWS2": 1}, {"TMA": 2, "BLOCK_M": 64, "MAXNREG": 168}])
+def test_traced_moe_mma_records_every_program(extra):
+    """Inside program_trace a WGMMA moe_mma layer records each mlp1 and mlp2 program once: as many live
+    programs as the routing's token tiles times the column tiles, start <= past-wait <= end, SM ids below the
+    GPU's count, and the untraced layer's bits."""
+    dev = torch.device("cuda")
+    dw, x, r, _ = odd_layer(29, 37, 6, dev)
+    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
+           "NIB": True, "RING_W": True, "EPI_EARLY": 1, **extra}
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    with trace.program_trace() as launches:
+        yt = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    torch.cuda.synchronize()
+    assert torch.equal(y, yt)
+    assert [lc.name for lc in launches] == ["mlp1", "mlp2"]
+    counts = (r.offsets[1:] - r.offsets[:-1]).cpu()
+    tiles = int(((counts + cfg["BLOCK_M"] - 1) // cfg["BLOCK_M"]).sum())
+    df = timeline.programs_frame(launches)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for lc in launches:
+        d = df[df.launch == lc.name]
+        assert len(d) == lc.grid[0] * lc.grid[1]
+        assert d.live.sum() == tiles * lc.grid[0]
+        assert (d.start_us <= d.wait_us).all() and (d.wait_us <= d.end_us).all()
+        assert d.sm.between(0, sms - 1).all()
