@@ -54,8 +54,9 @@ def _running(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (call, launch): programs (live / spare), when the first started and the last ended, how long
     live programs waited for their inputs and then ran (median, p90), how many ran at once (mean over the
-    launch's span, peak), and the tail: the time from when 90% of its live programs had ended to its last end.
-    Times in us from the call's first program start."""
+    launch's span, peak, and their ratio slot_use: the share of the launch's slots that streamed), the ramp
+    (first start until 90% of the peak first ran) and the drain (from the last moment 90% of the peak ran to the
+    last end: the partial last wave). Times in us from the call's first program start."""
     out = []
     for (call, launch), g in df.groupby(["call", "launch"], sort=False):
         live = g[g.live]
@@ -64,6 +65,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         first, last = g.start_us.min(), g.end_us.max()
         grid = np.linspace(first, last, 2001)
         busy = _running(live.wait_us.to_numpy(), live.end_us.to_numpy(), grid)
+        high = np.flatnonzero(busy >= 0.9 * busy.max())
         out.append({
             "call": call, "launch": launch, "programs": len(g), "live": len(live), "sms": g.sm.nunique(),
             "first_start_us": round(first, 2), "first_run_us": round(live.wait_us.min(), 2),
@@ -72,7 +74,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             "run_p50_us": round(run.median(), 2), "run_p90_us": round(run.quantile(0.9), 2),
             "spare_us": round((g[~g.live].end_us - g[~g.live].start_us).mean(), 2) if (~g.live).any() else 0.0,
             "running_mean": round(float(busy.mean()), 1), "running_peak": int(busy.max()),
-            "tail_us": round(last - live.end_us.quantile(0.9), 2),
+            "slot_use": round(float(busy.mean() / busy.max()), 3),
+            "ramp_us": round(grid[high[0]] - first, 2), "drain_us": round(last - grid[high[-1]], 2),
         })
     return pd.DataFrame(out)
 

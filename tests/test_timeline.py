@@ -23,10 +23,15 @@ def _launch(name, grid, recs):
 def test_trace_args_pass_a_buffer_per_launch_only_inside_program_trace():
     off = trace.trace_args("mlp1", (3, 2), "cpu")
     assert off["TRACE"] is False and off["trace_ptr"].numel() == 1
-    with trace.program_trace() as launches:
+    with trace.program_trace("cpu", capacity=20) as launches:
         on = trace.trace_args("mlp1", (3, 2), "cpu")
-        trace.trace_args("mlp2", (5, 2), "cpu")
+        two = trace.trace_args("mlp2", (5, 2), "cpu")
+        with pytest.raises(RuntimeError, match="is full"):
+            trace.trace_args("mlp1", (3, 2), "cpu")
     assert on["TRACE"] is True and on["trace_ptr"].shape == (6, trace.WORDS)
+    assert two["trace_ptr"].shape == (10, trace.WORDS)
+    two["trace_ptr"].fill_(1)  # slices of one buffer, apart: no memset between launches, nothing shared
+    assert on["trace_ptr"].sum() == 0
     assert [(lc.name, lc.grid) for lc in launches] == [("mlp1", (3, 2)), ("mlp2", (5, 2))]
     assert trace.trace_args("mlp1", (3, 2), "cpu")["TRACE"] is False  # the block ended
 
@@ -54,10 +59,12 @@ def test_summary_of_known_programs():
     assert (m1.programs, m1.live, m1.sms) == (4, 3, 3)
     assert m1.first_start_us == 0 and m1.first_run_us == 1.0 and m1.last_end_us == 23.0
     assert m1.wait_p50_us == 2.0 and m1.run_p50_us == 10.0 and m1.spare_us == 0.4
-    assert m1.running_peak == 3
-    assert m1.tail_us == pytest.approx(23.0 - (12.0 + 0.8 * 11.0))  # pandas' linear p90 of ends 11, 12, 23
+    assert m1.running_peak == 3  # all three from 3 to 11 us, then one until 23
+    assert m1.ramp_us == pytest.approx(3.0, abs=0.05) and m1.drain_us == pytest.approx(12.0, abs=0.05)
+    assert m1.slot_use == pytest.approx((10 + 10 + 20) / 23 / 3, abs=0.01)
     m2 = s[(s.call == 1) & (s.launch == "mlp2")].iloc[0]
-    assert m2.wait_p50_us == 18.0 and m2.run_p50_us == 7.0 and m2.tail_us == 0
+    assert m2.wait_p50_us == 18.0 and m2.run_p50_us == 7.0
+    assert m2.ramp_us == pytest.approx(18.0, abs=0.05) and m2.drain_us == pytest.approx(0.0, abs=0.05)
     occ = timeline.occupancy(df)
     at = occ.iloc[(occ.t_us - 6.0).abs().argmin()]
     assert at["mlp1 running"] == 3 and at["mlp2 waiting"] == 1 and at["mlp2 running"] == 0
