@@ -247,8 +247,8 @@ def cmd_batch(args) -> int:
 
 
 def cmd_timeline(args) -> int:
-    """Trace moe_mma layers' programs on the GPU into a run folder (programs.csv, summary.csv, one chart per
-    point), or summarize and chart a stored one (--from)."""
+    """Trace moe_mma layers' programs on the GPU into a run folder (programs.parquet, layer_us.csv, summary.csv,
+    one chart per point), or summarize and chart a stored one (--from)."""
     from pathlib import Path
 
     import pandas as pd
@@ -258,7 +258,7 @@ def cmd_timeline(args) -> int:
 
     if args.from_dir:
         out = Path(args.from_dir)
-        df = pd.read_csv(out / "programs.csv")
+        df = pd.read_parquet(out / "programs.parquet")
     else:
         if not args.point:
             print("labkit timeline: give --point MODEL TOKENS CONFIG (one or more) or --from RUN_DIR", file=sys.stderr)
@@ -271,15 +271,15 @@ def cmd_timeline(args) -> int:
         for model, tokens, config in args.point:
             label = f"{model} {tokens} tokens"
             d, us_traced, us_plain = trace_layer(model, int(tokens), _parse_config(config), routing=args.routing)
-            frames.append(d.assign(point=label, config=config))
+            frames.append(d.assign(point=label))
             times.append({"point": label, "config": config, "us_traced": round(us_traced, 2),
                           "us_untraced": round(us_plain, 2)})
             print(f"{label}: layer {us_plain:.1f} us untraced, {us_traced:.1f} traced", flush=True)
             df = pd.concat(frames, ignore_index=True)
-            df.to_csv(out / "programs.csv", index=False)  # after each point: a killed run keeps what it traced
+            df.to_parquet(out / "programs.parquet", index=False)  # after each point: a killed run keeps them
             pd.DataFrame(times).to_csv(out / "layer_us.csv", index=False)
-        run.update_meta(contents="programs.csv: one row per mlp1/mlp2 program of each traced layer call (us from "
-                                 "the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
+        run.update_meta(contents="programs.parquet: one row per mlp1/mlp2 program of each traced layer call (us "
+                                 "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
                                  "traced and untraced; summary.csv and timeline-*.html: labkit.timeline")
         run.finish()
     rows = []
@@ -501,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "defaults (WGMMA=true needed); repeatable")
     p.add_argument("--routing", default="uniform", help="routing generator (default uniform)")
     p.add_argument("--out", help="run folder (default results/<run id>)")
-    p.add_argument("--from", dest="from_dir", help="summarize and chart this run folder's programs.csv instead")
+    p.add_argument("--from", dest="from_dir", help="summarize and chart this run folder's programs.parquet instead")
     p.set_defaults(func=cmd_timeline)
 
     p = sub.add_parser("once", help="run one variant config a few times (a workload for ncu or nsys)")

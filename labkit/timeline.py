@@ -7,7 +7,7 @@ before the first program streams, how long programs wait and run, how many run a
 programs have ended; `timeline_figure` draws the programs running and waiting over time.
 
 Only WGMMA builds of moe_mma record (the kernels that take TRACE); %globaltimer needs a GPU, so the capture
-needs one, while summaries and charts of a stored programs.csv work anywhere (`labkit timeline --from`).
+needs one, while summaries and charts of a stored programs.parquet work anywhere (`labkit timeline --from`).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform",
     from .bench_moe import MoEBench, MoECase, point_seed
 
     if not torch.cuda.is_available():
-        raise RuntimeError("tracing needs a GPU (%globaltimer); `labkit timeline --from programs.csv` works anywhere")
+        raise RuntimeError("tracing needs a GPU (%globaltimer); `labkit timeline --from RUN_DIR` works anywhere")
     full = {**K.VARIANTS["moe_mma"].defaults, **config}
     if not full.get("WGMMA"):
         raise ValueError("only moe_mma's WGMMA builds record program timelines (config needs WGMMA=True)")

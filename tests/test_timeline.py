@@ -76,11 +76,11 @@ def test_programs_frame_refuses_unwritten_records():
 
 
 def test_timeline_cli_from_a_stored_run(tmp_path):
-    """`labkit timeline --from` summarizes a stored programs.csv per point and writes summary.csv and a chart."""
+    """`labkit timeline --from` summarizes a stored programs.parquet per point and writes summary.csv and a chart."""
     t = 7_000_000
     mlp1 = _launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t + 2000, t + 9000, 1, 1)])
     df = timeline.programs_frame([mlp1, _launch("mlp2", (1, 1), [(t + 3000, t + 9000, t + 12000, 0, 1)])])
-    df.assign(point="gpt-oss-20b 16 tokens", config="WGMMA=true").to_csv(tmp_path / "programs.csv", index=False)
+    df.assign(point="gpt-oss-20b 16 tokens").to_parquet(tmp_path / "programs.parquet", index=False)
     out = subprocess.run([sys.executable, "-m", "labkit", "timeline", "--from", str(tmp_path)], capture_output=True,
                          text=True, check=True).stdout
     assert "mlp2" in out and "gpt-oss-20b 16 tokens" in out
