@@ -47,7 +47,7 @@ from .linear_mma import (
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, tile_mxfp4
-from .sync import consume, scratch, signal_count, wait_count
+from .sync import consume, proxy_fence_global, scratch, signal_count, wait_count
 from .trace import clock_ns, trace_args, trace_store
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
@@ -229,6 +229,7 @@ if gluon is not None:
     _g_epi_bias = gluon.jit(_epi_bias.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
     _g_wait_count = gluon.jit(wait_count.fn)
+    _g_proxy_fence = gluon.jit(proxy_fence_global.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
     _g_clock_ns = gluon.jit(clock_ns.fn)
     _g_trace_store = gluon.jit(trace_store.fn)
@@ -454,6 +455,8 @@ if gluon is not None:
                     bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
+                if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
+                    _g_proxy_fence()
                 if TRACE:
                     t_wait = _g_clock_ns()
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
@@ -496,6 +499,8 @@ if gluon is not None:
             _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
                         alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
+                if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
+                    _g_proxy_fence()
                 _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
@@ -630,9 +635,8 @@ def _rule_ring(cfg, problem):
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
     built into the WGMMA kernel only, as are EPI_EARLY, XSKIP and TMA (whose other needs wgmma_reason checks).
     TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step; with TMA=2 x's rows
-    come as a box, so XSKIP would only repeat a config, and mlp2's box reads act, which CHAIN publishes through
-    device counters: the PTX memory model wants an async-proxy fence after such an acquire, which the kernel does
-    not have, so that pair is refused (the launch boundary's PDL wait orders it otherwise)."""
+    come as a box, so XSKIP would only repeat a config (with CHAIN, mlp2's box reads act published through device
+    counters: the kernel puts an async-proxy fence on both sides, kernels.sync.proxy_fence_global)."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
@@ -643,9 +647,6 @@ def _rule_ring(cfg, problem):
         return "TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step (CHUNKS=1)"
     if cfg.get("TMA") == 2 and cfg.get("XSKIP"):
         return "TMA=2 copies x's rows as one box (XSKIP masks cp.async copies; it would repeat a config)"
-    if cfg.get("TMA") == 2 and cfg.get("CHAIN"):
-        return ("CHAIN with TMA=2: mlp2's x box (async proxy) would read act rows published through a counter "
-                "(generic proxy) with no proxy fence between them")
     if cfg.get("WGMMA"):  # WGMMA's STAGES is its x ring: wgmma_reason checks it
         return None
     if cfg.get("RING_W"):

@@ -68,6 +68,17 @@ def wait_count(ctr_ptr, need):
 
 
 @triton.jit
+def proxy_fence_global():
+    """fence.proxy.async.global in every thread: orders the thread's generic-proxy accesses of global memory so far
+    (its stores; a counter's acquire) with its later async-proxy ones (TMA copies), which acquire/release alone
+    do not (PTX memory model: synchronization holds per proxy). moe_mma's CHAIN with TMA=2 needs it on both sides:
+    mlp1 stores act and releases a counter, mlp2 acquires it and reads act by TMA boxes."""
+    if not INTERP:
+        tl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
 def consume(ctr_ptr, done_ptr, need):
     """Count one consumer of a piece on ctr_ptr; the consumer that completes the count (need) zeroes the piece's
     counter (done_ptr) and its own, so the next call finds both at zero (moe_mma's CHAIN: counters reset by
