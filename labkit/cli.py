@@ -254,7 +254,8 @@ def cmd_timeline(args) -> int:
     import pandas as pd
 
     from .charts import save_figure
-    from .timeline import summarize, timeline_figure, trace_layer
+    from .gptoss_config import get_model
+    from .timeline import program_bytes, stream_loss, summarize, timeline_figure, trace_layer
 
     if args.from_dir:
         out = Path(args.from_dir)
@@ -280,12 +281,17 @@ def cmd_timeline(args) -> int:
             pd.DataFrame(times).to_csv(out / "layer_us.csv", index=False)
         run.update_meta(contents="programs.parquet: one row per mlp1/mlp2 program of each traced layer call (us "
                                  "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
-                                 "traced and untraced; summary.csv and timeline-*.html: labkit.timeline")
+                                 "traced and untraced; summary.csv, stream.csv and timeline-*.html: labkit.timeline")
         run.finish()
-    rows = []
+    configs = pd.read_csv(out / "layer_us.csv").set_index("point").config if (out / "layer_us.csv").is_file() else {}
+    rows, streams = [], []
     for point, d in df.groupby("point", sort=False):
         s = summarize(d)
         rows.append(s.assign(point=point))
+        if point in configs:  # "MODEL TOKENS tokens" with its config: the bytes each program streams
+            c = get_model(point.split()[0])
+            nbytes = program_bytes(_parse_config(configs[point]), c.hidden, c.intermediate)
+            streams.append(stream_loss(d, nbytes).assign(point=point))
         name = "timeline-" + "-".join(point.split()[:2])
         save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
     summary = pd.concat(rows, ignore_index=True)
@@ -293,6 +299,12 @@ def cmd_timeline(args) -> int:
     last = summary[summary.call == summary.groupby("point").call.transform("max")]
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(last.drop(columns=["call"]).to_string(index=False))
+        if streams:
+            stream = pd.concat(streams, ignore_index=True)
+            stream.to_csv(out / "stream.csv", index=False)
+            print("\nweight stream (model: each program's bytes spread evenly over its run), last call per point:")
+            last = stream[stream.call == stream.groupby("point").call.transform("max")]
+            print(last.drop(columns=["call"]).to_string(index=False))
     print(f"written under {out}")
     return 0
 

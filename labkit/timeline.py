@@ -3,8 +3,9 @@
 `trace_layer` runs a moe_mma layer as the sweep times it (CUDA-graph replays of one pass over routings relabeled
 to defeat L2, labkit.bench_moe) with kernels.trace recording every mlp1 / mlp2 program's start, the moment it got
 past its PDL or CHAIN wait, its end and its SM. `summarize` turns the records into one row per launch: the ramp
-before the first program streams, how long programs wait and run, how many run at once, and the tail after most
-programs have ended; `timeline_figure` draws the programs running and waiting over time.
+before the first program streams, how long programs wait and run, how many run at once, and the drain after most
+programs have ended; `stream_loss` models the weight stream over time and the time the layer loses against its
+own best rate; `timeline_figure` draws the programs running and waiting over time.
 
 Only WGMMA builds of moe_mma record (the kernels that take TRACE); %globaltimer needs a GPU, so the capture
 needs one, while summaries and charts of a stored programs.parquet work anywhere (`labkit timeline --from`).
@@ -77,6 +78,42 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             "slot_use": round(float(busy.mean() / busy.max()), 3),
             "ramp_us": round(grid[high[0]] - first, 2), "drain_us": round(last - grid[high[-1]], 2),
         })
+    return pd.DataFrame(out)
+
+
+def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
+    """Weight bytes one mlp1 / mlp2 program of a moe_mma config streams: its rows (16 * ROWS * num_warps; mlp2's
+    ROWS2 when set) times its K, at 17/32 byte a weight (an E2M1 nibble plus an E8M0 byte per 32)."""
+    from kernels import VARIANTS
+
+    full = {**VARIANTS["moe_mma"].defaults, **config}
+    rows1 = 16 * full["ROWS"] * full["num_warps"]
+    rows2 = 16 * (full["ROWS2"] or full["ROWS"]) * full["num_warps"]
+    return {"mlp1": rows1 * hidden * 17 / 32, "mlp2": rows2 * intermediate * 17 / 32}
+
+
+def stream_loss(df: pd.DataFrame, bytes_by_launch: dict, points: int = 4000) -> pd.DataFrame:
+    """Per call, a model of the weight stream: each live program's bytes spread evenly over its run (past its wait
+    to its end) give the aggregate rate over time. Reports the bytes, the span, the mean and p90 rate (TB/s) and
+    the time lost against that p90 rate (span minus bytes / p90 rate, counting only time below it), split into
+    the first 10 us (the ramp) and the time after the last mlp1 program ended (mlp2's drain). An estimate: a
+    program's real rate varies along its run."""
+    out = []
+    for call, d in df[df.live].groupby("call"):
+        nbytes = d.launch.map(bytes_by_launch).to_numpy(dtype=float)
+        rate = nbytes / (d.end_us - d.wait_us).to_numpy() / 1e6  # TB/s
+        t = np.linspace(0.0, d.end_us.max(), points, endpoint=False)
+        dt = t[1] - t[0]
+        bw = np.zeros_like(t)
+        for w, e, r in zip(d.wait_us.to_numpy(), d.end_us.to_numpy(), rate):
+            bw[(t >= w) & (t < e)] += r
+        p90 = float(np.percentile(bw, 90))
+        lost = np.clip(1.0 - bw / p90, 0.0, None) * dt
+        mlp1_end = d[d.launch == "mlp1"].end_us.max() if (d.launch == "mlp1").any() else np.inf
+        out.append({"call": call, "mbytes": round(nbytes.sum() / 1e6, 1), "span_us": round(d.end_us.max(), 2),
+                    "rate_mean_tbs": round(nbytes.sum() / 1e6 / d.end_us.max(), 3), "rate_p90_tbs": round(p90, 3),
+                    "lost_us": round(float(lost.sum()), 2), "lost_ramp_us": round(float(lost[t < 10].sum()), 2),
+                    "lost_after_mlp1_us": round(float(lost[t >= mlp1_end].sum()), 2)})
     return pd.DataFrame(out)
 
 

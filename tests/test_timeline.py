@@ -70,6 +70,26 @@ def test_summary_of_known_programs():
     assert at["mlp1 running"] == 3 and at["mlp2 waiting"] == 1 and at["mlp2 running"] == 0
 
 
+def test_stream_loss_of_known_programs():
+    """Two mlp1 programs of 1 MB over 0-10 us, then one mlp2 program of 1 MB over 10-20 us: the modeled rate is 0.2
+    then 0.1 TB/s, p90 0.2, so 3 MB would take 15 us at it and 5 us are lost, all of them after mlp1's last program
+    ended; none in the ramp."""
+    t = 5_000_000
+    df = timeline.programs_frame([_launch("mlp1", (2, 1), [(t, t, t + 10000, 0, 1), (t, t, t + 10000, 1, 1)]),
+                                  _launch("mlp2", (1, 1), [(t + 2000, t + 10000, t + 20000, 0, 1)])])
+    s = timeline.stream_loss(df, {"mlp1": 1e6, "mlp2": 1e6}).iloc[0]
+    assert s.span_us == 20 and s.mbytes == 3.0 and s.rate_p90_tbs == 0.2 and s.rate_mean_tbs == 0.15
+    assert s.lost_us == pytest.approx(5.0, abs=0.01) and s.lost_after_mlp1_us == pytest.approx(5.0, abs=0.01)
+    assert s.lost_ramp_us == pytest.approx(0.0, abs=0.01)
+
+
+def test_program_bytes_follow_the_config():
+    """mlp1 programs stream 16 * ROWS * num_warps rows of K = hidden, mlp2's ROWS2 rows when set, 17/32 byte each."""
+    b = timeline.program_bytes({"ROWS": 2, "ROWS2": 1, "num_warps": 4}, 2880, 2880)
+    assert b == {"mlp1": 128 * 2880 * 17 / 32, "mlp2": 64 * 2880 * 17 / 32}
+    assert timeline.program_bytes({"ROWS": 1, "num_warps": 4}, 64, 32)["mlp2"] == 64 * 32 * 17 / 32
+
+
 def test_programs_frame_refuses_unwritten_records():
     with pytest.raises(RuntimeError, match="no record"):
         timeline.programs_frame([_launch("mlp1", (2, 1), [(5, 6, 7, 0, 1), (0, 0, 0, 0, 0)])])
@@ -81,12 +101,16 @@ def test_timeline_cli_from_a_stored_run(tmp_path):
     mlp1 = _launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t + 2000, t + 9000, 1, 1)])
     df = timeline.programs_frame([mlp1, _launch("mlp2", (1, 1), [(t + 3000, t + 9000, t + 12000, 0, 1)])])
     df.assign(point="gpt-oss-20b 16 tokens").to_parquet(tmp_path / "programs.parquet", index=False)
+    pd.DataFrame({"point": ["gpt-oss-20b 16 tokens"], "config": ["WGMMA=true,ROWS=2,ROWS2=1"], "us_traced": [13.0],
+                  "us_untraced": [12.5]}).to_csv(tmp_path / "layer_us.csv", index=False)
     out = subprocess.run([sys.executable, "-m", "labkit", "timeline", "--from", str(tmp_path)], capture_output=True,
                          text=True, check=True).stdout
     assert "mlp2" in out and "gpt-oss-20b 16 tokens" in out
     s = pd.read_csv(tmp_path / "summary.csv")
     assert list(s.launch) == ["mlp1", "mlp2"] and s.last_end_us.max() == 12.0
     assert (tmp_path / "timeline-gpt-oss-20b-16.html").is_file()
+    stream = pd.read_csv(tmp_path / "stream.csv")
+    assert stream.mbytes[0] == round((2 * 128 + 64) * 2880 * 17 / 32 / 1e6, 1) and "weight stream" in out
     bad = subprocess.run([sys.executable, "-m", "labkit", "timeline"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--point" in bad.stderr
 
