@@ -97,7 +97,8 @@ def stream_loss(df: pd.DataFrame, bytes_by_launch: dict, points: int = 4000) -> 
     to its end) give the aggregate rate over time. Reports the bytes, the span, the mean and p90 rate (TB/s) and
     the time lost against that p90 rate (span minus bytes / p90 rate, counting only time below it), split into
     the first 10 us (the ramp) and the time after the last mlp1 program ended (mlp2's drain). An estimate: a
-    program's real rate varies along its run."""
+    program's real rate varies along its run, and where an expert holds several token tiles the bytes count each
+    tile's reads of its weights (the later ones mostly from L2)."""
     out = []
     for call, d in df[df.live].groupby("call"):
         nbytes = d.launch.map(bytes_by_launch).to_numpy(dtype=float)
