@@ -72,11 +72,12 @@ def program_trace(device="cuda", capacity: int = 1 << 20):
         _active = outer
 
 
-def trace_args(name: str, grid: tuple, device) -> dict:
+def trace_args(name: str, grid: tuple, untraced: torch.Tensor) -> dict:
     """Keyword arguments for a kernel launch: the next slice of program_trace()'s record buffer and TRACE=True
-    inside it, else TRACE=False (trace_ptr then points at a 1-word dummy the build never touches)."""
+    inside it, else TRACE=False with trace_ptr=untraced, any tensor of the launch (the build never touches it:
+    no allocation, so no memset, on the launch path)."""
     if _active is None:
-        return dict(trace_ptr=_dummy(device), TRACE=False)
+        return dict(trace_ptr=untraced, TRACE=False)
     n = 1
     for g in grid:
         n *= int(g)
@@ -87,13 +88,3 @@ def trace_args(name: str, grid: tuple, device) -> dict:
     records = _active["pool"][start:start + n]
     _active["launches"].append(Launch(name, tuple(int(g) for g in grid), records))
     return dict(trace_ptr=records, TRACE=True)
-
-
-_dummies: dict = {}
-
-
-def _dummy(device) -> torch.Tensor:
-    key = str(device)
-    if key not in _dummies:
-        _dummies[key] = torch.zeros(1, dtype=torch.int64, device=device)
-    return _dummies[key]

@@ -253,9 +253,7 @@ def cmd_timeline(args) -> int:
 
     import pandas as pd
 
-    from .charts import save_figure
-    from .gptoss_config import get_model
-    from .timeline import program_bytes, stream_loss, summarize, timeline_figure, trace_layer
+    from .timeline import report, trace_layer
 
     if args.from_dir:
         out = Path(args.from_dir)
@@ -283,28 +281,16 @@ def cmd_timeline(args) -> int:
                                  "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
                                  "traced and untraced; summary.csv, stream.csv and timeline-*.html: labkit.timeline")
         run.finish()
-    configs = pd.read_csv(out / "layer_us.csv").set_index("point").config if (out / "layer_us.csv").is_file() else {}
-    rows, streams = [], []
-    for point, d in df.groupby("point", sort=False):
-        s = summarize(d)
-        rows.append(s.assign(point=point))
-        if point in configs:  # "MODEL TOKENS tokens" with its config: the bytes each program streams
-            c = get_model(point.split()[0])
-            nbytes = program_bytes(_parse_config(configs[point]), c.hidden, c.intermediate)
-            streams.append(stream_loss(d, nbytes).assign(point=point))
-        name = "timeline-" + "-".join(point.split()[:2])
-        save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
-    summary = pd.concat(rows, ignore_index=True)
-    summary.to_csv(out / "summary.csv", index=False)
-    last = summary[summary.call == summary.groupby("point").call.transform("max")]
+    layer_us = pd.read_csv(out / "layer_us.csv") if (out / "layer_us.csv").is_file() else pd.DataFrame()
+    configs = {row.point: _parse_config(row.config) for row in layer_us.itertuples()}
+    summary, stream = report(df, out, configs)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(last.drop(columns=["call"]).to_string(index=False))
-        if streams:
-            stream = pd.concat(streams, ignore_index=True)
-            stream.to_csv(out / "stream.csv", index=False)
+        print(summary[summary.call == summary.groupby("point").call.transform("max")].drop(columns=["call"])
+              .to_string(index=False))
+        if stream is not None:
             print("\nweight stream (model: each program's bytes spread evenly over its run), last call per point:")
-            last = stream[stream.call == stream.groupby("point").call.transform("max")]
-            print(last.drop(columns=["call"]).to_string(index=False))
+            print(stream[stream.call == stream.groupby("point").call.transform("max")].drop(columns=["call"])
+                  .to_string(index=False))
     print(f"written under {out}")
     return 0
 

@@ -149,6 +149,32 @@ def timeline_figure(df: pd.DataFrame, title: str, call: int | None = None):
     return fig
 
 
+def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """A timeline run folder's tables and charts from its programs (one `point` per traced layer, read
+    "MODEL TOKENS tokens"): summary.csv (summarize), stream.csv (stream_loss, for the points `configs` gives a
+    moe_mma config of) and one chart per point. Returns (summary, stream or None)."""
+    from pathlib import Path
+
+    from .charts import save_figure
+    from .gptoss_config import get_model
+
+    out = Path(out)
+    rows, streams = [], []
+    for point, d in df.groupby("point", sort=False):
+        rows.append(summarize(d).assign(point=point))
+        if point in configs:
+            c = get_model(point.split()[0])
+            streams.append(stream_loss(d, program_bytes(configs[point], c.hidden, c.intermediate)).assign(point=point))
+        name = "timeline-" + "-".join(point.split()[:2])
+        save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
+    summary = pd.concat(rows, ignore_index=True)
+    summary.to_csv(out / "summary.csv", index=False)
+    stream = pd.concat(streams, ignore_index=True) if streams else None
+    if stream is not None:
+        stream.to_csv(out / "stream.csv", index=False)
+    return summary, stream
+
+
 def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform", replays: int = 10):
     """Trace a moe_mma layer as the sweep times it. Returns (programs frame, layer us traced, layer us untraced):
     the layer times are medians of CUDA-graph replays of the whole pass divided by its calls, so the two show

@@ -21,19 +21,20 @@ def _launch(name, grid, recs):
 
 
 def test_trace_args_pass_a_buffer_per_launch_only_inside_program_trace():
-    off = trace.trace_args("mlp1", (3, 2), "cpu")
-    assert off["TRACE"] is False and off["trace_ptr"].numel() == 1
+    any_tensor = torch.zeros(3, dtype=torch.int32)
+    off = trace.trace_args("mlp1", (3, 2), any_tensor)
+    assert off["TRACE"] is False and off["trace_ptr"] is any_tensor
     with trace.program_trace("cpu", capacity=20) as launches:
-        on = trace.trace_args("mlp1", (3, 2), "cpu")
-        two = trace.trace_args("mlp2", (5, 2), "cpu")
+        on = trace.trace_args("mlp1", (3, 2), any_tensor)
+        two = trace.trace_args("mlp2", (5, 2), any_tensor)
         with pytest.raises(RuntimeError, match="is full"):
-            trace.trace_args("mlp1", (3, 2), "cpu")
+            trace.trace_args("mlp1", (3, 2), any_tensor)
     assert on["TRACE"] is True and on["trace_ptr"].shape == (6, trace.WORDS)
     assert two["trace_ptr"].shape == (10, trace.WORDS)
     two["trace_ptr"].fill_(1)  # slices of one buffer, apart: no memset between launches, nothing shared
     assert on["trace_ptr"].sum() == 0
     assert [(lc.name, lc.grid) for lc in launches] == [("mlp1", (3, 2)), ("mlp2", (5, 2))]
-    assert trace.trace_args("mlp1", (3, 2), "cpu")["TRACE"] is False  # the block ended
+    assert trace.trace_args("mlp1", (3, 2), any_tensor)["TRACE"] is False  # the block ended
 
 
 def test_summary_of_known_programs():
