@@ -82,14 +82,16 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
-    """Weight bytes one mlp1 / mlp2 program of a moe_mma config streams: its rows (16 * ROWS * num_warps; mlp2's
-    ROWS2 when set) times its K, at 17/32 byte a weight (an E2M1 nibble plus an E8M0 byte per 32)."""
+    """Weight bytes one mlp1 / mlp2 / mlp2t (TAIL2's half-height launch) program of a moe_mma config streams: its
+    rows (16 * ROWS * num_warps; mlp2's ROWS2 when set) times its K, at 17/32 byte a weight (an E2M1 nibble plus
+    an E8M0 byte per 32)."""
     from kernels import VARIANTS
 
     full = {**VARIANTS["moe_mma"].defaults, **config}
     rows1 = 16 * full["ROWS"] * full["num_warps"]
     rows2 = 16 * (full["ROWS2"] or full["ROWS"]) * full["num_warps"]
-    return {"mlp1": rows1 * hidden * 17 / 32, "mlp2": rows2 * intermediate * 17 / 32}
+    return {"mlp1": rows1 * hidden * 17 / 32, "mlp2": rows2 * intermediate * 17 / 32,
+            "mlp2t": rows2 // 2 * intermediate * 17 / 32}
 
 
 def stream_loss(df: pd.DataFrame, bytes_by_launch: dict, points: int = 4000) -> pd.DataFrame:
