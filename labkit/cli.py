@@ -253,7 +253,7 @@ def cmd_timeline(args) -> int:
 
     import pandas as pd
 
-    from .timeline import report, trace_layer
+    from .timeline import point_label, report, trace_layer
 
     if args.from_dir:
         out = Path(args.from_dir)
@@ -268,7 +268,7 @@ def cmd_timeline(args) -> int:
         out = run.path
         frames, times = [], []
         for model, tokens, config in args.point:
-            label = f"{model} {tokens} tokens"
+            label = point_label(model, tokens, [t["point"] for t in times])
             d, us_traced, us_plain = trace_layer(model, int(tokens), _parse_config(config), routing=args.routing)
             frames.append(d.assign(point=label))
             times.append({"point": label, "config": config, "us_traced": round(us_traced, 2),

@@ -151,10 +151,19 @@ def timeline_figure(df: pd.DataFrame, title: str, call: int | None = None):
     return fig
 
 
+def point_label(model: str, tokens, taken) -> str:
+    """A traced layer's `point`: "MODEL TOKENS tokens", with " #2", " #3", ... for the later configs of a shape
+    already among `taken` (the report summarizes per point: two configs under one label would merge)."""
+    label = f"{model} {tokens} tokens"
+    seen = sum(p.split(" #")[0] == label for p in taken)
+    return f"{label} #{seen + 1}" if seen else label
+
+
 def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """A timeline run folder's tables and charts from its programs (one `point` per traced layer, read
-    "MODEL TOKENS tokens"): summary.csv (summarize), stream.csv (stream_loss, for the points `configs` gives a
-    moe_mma config of) and one chart per point. Returns (summary, stream or None)."""
+    "MODEL TOKENS tokens", " #2" and on for a shape's later configs): summary.csv (summarize), stream.csv
+    (stream_loss, for the points `configs` gives a moe_mma config of) and one chart per point. Returns (summary,
+    stream or None)."""
     from pathlib import Path
 
     from .charts import save_figure
@@ -167,7 +176,7 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
         if point in configs:
             c = get_model(point.split()[0])
             streams.append(stream_loss(d, program_bytes(configs[point], c.hidden, c.intermediate)).assign(point=point))
-        name = "timeline-" + "-".join(point.split()[:2])
+        name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())
         save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
     summary = pd.concat(rows, ignore_index=True)
     summary.to_csv(out / "summary.csv", index=False)

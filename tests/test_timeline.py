@@ -97,20 +97,33 @@ def test_programs_frame_refuses_unwritten_records():
         timeline.programs_frame([_launch("mlp1", (2, 1), [(5, 6, 7, 0, 1), (0, 0, 0, 0, 0)])])
 
 
+def test_point_labels_keep_configs_of_one_shape_apart():
+    """Each traced config gets its own point, so the report never merges two configs of one shape."""
+    taken = []
+    for model, tokens in (("gpt-oss-20b", 16), ("gpt-oss-20b", 16), ("gpt-oss-120b", 16), ("gpt-oss-20b", 16)):
+        taken.append(timeline.point_label(model, tokens, taken))
+    assert taken == ["gpt-oss-20b 16 tokens", "gpt-oss-20b 16 tokens #2", "gpt-oss-120b 16 tokens",
+                     "gpt-oss-20b 16 tokens #3"]
+
+
 def test_timeline_cli_from_a_stored_run(tmp_path):
-    """`labkit timeline --from` summarizes a stored programs.parquet per point and writes summary.csv and a chart."""
+    """`labkit timeline --from` summarizes a stored programs.parquet per point and writes summary.csv and a chart
+    per point (a shape's second config its own)."""
     t = 7_000_000
     mlp1 = _launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t + 2000, t + 9000, 1, 1)])
     df = timeline.programs_frame([mlp1, _launch("mlp2", (1, 1), [(t + 3000, t + 9000, t + 12000, 0, 1)])])
-    df.assign(point="gpt-oss-20b 16 tokens").to_parquet(tmp_path / "programs.parquet", index=False)
-    pd.DataFrame({"point": ["gpt-oss-20b 16 tokens"], "config": ["WGMMA=true,ROWS=2,ROWS2=1"], "us_traced": [13.0],
-                  "us_untraced": [12.5]}).to_csv(tmp_path / "layer_us.csv", index=False)
+    pd.concat([df.assign(point="gpt-oss-20b 16 tokens"), df.assign(point="gpt-oss-20b 16 tokens #2")]).to_parquet(
+        tmp_path / "programs.parquet", index=False)
+    pd.DataFrame({"point": ["gpt-oss-20b 16 tokens", "gpt-oss-20b 16 tokens #2"],
+                  "config": ["WGMMA=true,ROWS=2,ROWS2=1"] * 2, "us_traced": [13.0] * 2,
+                  "us_untraced": [12.5] * 2}).to_csv(tmp_path / "layer_us.csv", index=False)
     out = subprocess.run([sys.executable, "-m", "labkit", "timeline", "--from", str(tmp_path)], capture_output=True,
                          text=True, check=True).stdout
     assert "mlp2" in out and "gpt-oss-20b 16 tokens" in out
     s = pd.read_csv(tmp_path / "summary.csv")
-    assert list(s.launch) == ["mlp1", "mlp2"] and s.last_end_us.max() == 12.0
-    assert (tmp_path / "timeline-gpt-oss-20b-16.html").is_file()
+    assert list(s.launch) == ["mlp1", "mlp2"] * 2 and s.last_end_us.max() == 12.0
+    for chart in ("timeline-gpt-oss-20b-16.html", "timeline-gpt-oss-20b-16-2.html"):
+        assert (tmp_path / chart).is_file(), chart
     stream = pd.read_csv(tmp_path / "stream.csv")
     assert stream.mbytes[0] == round((2 * 128 + 64) * 2880 * 17 / 32 / 1e6, 1) and "weight stream" in out
     bad = subprocess.run([sys.executable, "-m", "labkit", "timeline"], capture_output=True, text=True)
