@@ -88,13 +88,5 @@ def pdl_release():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def pdl_wait():
-    """pdl_enter's wait alone: until the previous kernel in the stream has finished and its writes are visible
-    (moe_mma's TAIL2 launch, at its end, so that its own end implies the launch before it ended too)."""
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-
-
 __all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "reg_cap", "pdl_launch", "pdl_enter", "pdl_release",
-           "pdl_wait", "pdl_scope"]
+           "pdl_scope"]

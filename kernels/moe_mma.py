@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERPRETED, pdl_launch, pdl_release, pdl_wait, reg_cap, tl, triton
+from ._triton import INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -158,11 +158,9 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr, COL0,
-                  READERS):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
-    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel; COL0,
-    READERS: the launch's first column and mlp2's programs per token tile over its launches, as there)."""
+    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel)."""
     tile = tl.program_id(0)
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
@@ -170,7 +168,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
             wait_count(chain_ptr + tile, NEED)
         KW = K // 8
         KB = K // 32
-        j = COL0 + tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         ra, rb = _rows(j, N, PHASE, TILED)
         cc = tl.arange(0, CHUNKS)
         t = tl.arange(0, 4)
@@ -206,10 +204,10 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         tok = _epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         bias_a, bias_b = _epi_bias(j, e, b_ptr, N, PHASE)
-        _epilogue(acc_a, acc_b, j, COL0 + tl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N,
-                  OUTW, alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
+        _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                  alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
         if CHAIN:
-            _chain_done(chain_ptr, tile, TILES, READERS, PHASE)
+            _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
 
 
 @triton.jit
@@ -233,7 +231,6 @@ if gluon is not None:
     _g_wait_count = gluon.jit(wait_count.fn)
     _g_proxy_fence = gluon.jit(proxy_fence_global.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
-    _g_pdl_wait = gluon.jit(pdl_wait.fn)
     _g_clock_ns = gluon.jit(clock_ns.fn)
     _g_trace_store = gluon.jit(trace_store.fn)
 
@@ -421,7 +418,7 @@ if gluon is not None:
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
-                       TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, COL0, READERS, TAIL: gl.constexpr):
+                       TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -436,10 +433,7 @@ if gluon is not None:
         TMA: the weights' words and scale bytes by TMA boxes (kernels.linear_mma._g_wg_tma_loop; GE 16-row
         groups per expert, mlp1 a gate and a linear box per step); TMA=2 the tile's x rows too, a box of
         positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself). TRACE: each
-        program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM). COL0: the launch's first
-        column (TAIL2 splits mlp2 into two launches); READERS: mlp2's programs per token tile over both, the count
-        CHAIN's last reader completes; TAIL: this is the second, whose programs wait at their end for the first to
-        have finished (griddepcontrol.wait), so that what follows the layer sees both launches' rows."""
+        program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM)."""
         if TRACE:
             t_start = _g_clock_ns()
         if CHAIN and PHASE == 2:
@@ -457,7 +451,7 @@ if gluon is not None:
                 rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
                 if EPI_EARLY == 2:
-                    je = COL0 + gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                    je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                     bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
             if CHAIN and PHASE == 2:
                 _g_wait_count(chain_ptr + tile, NEED)
@@ -466,7 +460,7 @@ if gluon is not None:
                 if TRACE:
                     t_wait = _g_clock_ns()
             r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-            ra, rb = _g_rows(COL0 + gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
+            ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
             rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
             src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
             xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
@@ -481,7 +475,7 @@ if gluon is not None:
                     g0 = e * GE + gl.program_id(0) * (BLOCK_N // 32)
                     g1 = g0 + GE // 2
                 else:
-                    g0 = e * GE + (COL0 + gl.program_id(0) * BLOCK_N) // 16
+                    g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
             acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                                 x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
                                 SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1)
@@ -497,38 +491,33 @@ if gluon is not None:
                 rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             if EPI_EARLY != 2:
-                je = COL0 + gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
             if not EPI_EARLY and PHASE == 2:
                 rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            _g_epilogue(acc_a, acc_b, je, COL0 + gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N,
-                        OUTW, alpha, limit, act_scale, SMAX, PHASE, True)
+            _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                        alpha, limit, act_scale, SMAX, PHASE, True)
             if CHAIN:
                 if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                     _g_proxy_fence()
-                _g_chain_done(chain_ptr, tile, TILES, READERS, PHASE)
-        if TAIL:
-            _g_pdl_wait()
+                _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
-            gathered=False, cols=None, readers=0, tail=False) -> int:
+            gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
-    its stores into them, mlp2 waits for `need` of them per tile and `readers` mlp2 programs read each tile).
-    gathered: x16 holds mlp1's x rows per expert-sorted position (TMA=2, read as boxes only), not per token.
-    cols: (first, end) output columns of this launch (default all); tail: TAIL2's second mlp2 launch."""
+    its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
+    expert-sorted position (TMA=2, read as boxes only), not per token."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
-    width = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
-    col0, col_end = cols or (0, N // 2 if phase == 1 else N)
-    grid = (tile_slots(r, BM), triton.cdiv(col_end - col0, width))
-    chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None,
-                   COL0=col0, READERS=readers or grid[1])
+    cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
+    chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     if compiled_wg:
         grid = grid[::-1]
     if cfg["TILED"]:
@@ -563,7 +552,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
-                             TAIL=tail, **trace_args(f"mlp{phase}" + ("t" if tail else ""), grid, r.offsets), **extra)
+                             **trace_args(f"mlp{phase}", grid, r.offsets), **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -579,7 +568,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, TAIL2=0):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -601,9 +590,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA (WGMMA, RING_W, CHUNKS=1): the
     ring's words and scale bytes copied by the tensor memory accelerator instead of by every thread; TMA=2 x's
     rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
-    mlp2. TAIL2 (WGMMA): mlp2's first TAIL2 * 16 * num_warps columns in a second launch of half-height programs
-    (ROWS halved), queued behind the first, so that the programs that end the layer are half as long (its drain,
-    which no launch overlaps, was a whole program's length: ./lab timeline). x16 (plane-major) is not used."""
+    mlp2. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -622,28 +609,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
-    rows2 = ROWS2 or ROWS
-    split = tail_columns(H, TAIL2, rows2, num_warps)
-    main = {**cfg, "ROWS": rows2}
-    if not split:
-        _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, main, chain, need)
-    else:  # the tail columns [0, split) at half height, launched second
-        bn = 16 * rows2 * num_warps
-        readers = -(-(H - split) // bn) + split // (bn // 2)
-        _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, main, chain, need, cols=(split, H), readers=readers)
-        _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**main, "ROWS": rows2 // 2}, chain, need,
-                cols=(0, split), readers=readers, tail=True)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
-
-
-def tail_columns(H: int, tail2: int, rows2: int, num_warps: int) -> int:
-    """TAIL2's columns of mlp2's H: TAIL2 half-height tiles of 16 * num_warps * rows2 / 2, fewer where H would
-    leave the first launch none (0: one launch)."""
-    if not tail2 or rows2 < 2:
-        return 0
-    half = 8 * rows2 * num_warps
-    return min(tail2 * half, (H - 1) // half * half)
 
 
 def _rule_registers(cfg, problem):
@@ -707,36 +675,21 @@ def _rule_rows2(cfg, problem):
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 
 
-def _rule_tail2(cfg, problem):
-    """TAIL2 launches mlp2's first columns again at half mlp2's ROWS (WGMMA only): that build is held to the
-    register and ring rules too."""
-    if not cfg.get("TAIL2"):
-        return None
-    if not cfg.get("WGMMA"):
-        return "TAIL2 applies only with WGMMA"
-    rows2 = cfg.get("ROWS2") or cfg["ROWS"]
-    if rows2 < 2:
-        return f"TAIL2 halves mlp2's ROWS, which is {rows2} (ROWS2 or ROWS)"
-    tail = {**cfg, "ROWS": rows2 // 2, "ROWS2": None}
-    return _rule_registers(tail, problem) or _rule_ring(tail, problem)
-
-
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "TMA": (False, True, 2), "TAIL2": (0, 2, 4, 8)},
+           "XSKIP": (False, True), "TMA": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "TAIL2": 0},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_tail2,
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False},
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
-                "per word, not 15); TAIL2: mlp2's first columns in a second launch of half-height programs, "
-                "which end the layer",
+                "per word, not 15)",
 ))

@@ -82,9 +82,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
-    """Weight bytes one mlp1 / mlp2 / mlp2t (TAIL2's half-height launch) program of a moe_mma config streams: its
-    rows (16 * ROWS * num_warps; mlp2's ROWS2 when set) times its K, at 17/32 byte a weight (an E2M1 nibble plus
-    an E8M0 byte per 32)."""
+    """Weight bytes one mlp1 / mlp2 program of a moe_mma config streams: its rows (16 * ROWS * num_warps; mlp2's
+    ROWS2 when set) times its K, at 17/32 byte a weight (an E2M1 nibble plus an E8M0 byte per 32). mlp2t: the
+    half-height second mlp2 launch of TAIL2, an option measured and removed in stop 47, kept so that its stored
+    timelines (results/20261127T102915-h100-80gb-hbm3-moe-timeline-tail2) still summarize."""
     from kernels import VARIANTS
 
     full = {**VARIANTS["moe_mma"].defaults, **config}
