@@ -22,6 +22,8 @@ import torch
 from kernels import VARIANTS, MXFP4Tensor, from_openai, mxfp4_linear, mxfp4_to_dense, prepare_mxfp4
 from kernels.reference import reference_linear
 
+from .clocks import COLUMNS as CLOCK_COLUMNS
+from .clocks import ClockSampler
 from .hardware import event_ms
 
 ON_GPU = torch.cuda.is_available()
@@ -98,8 +100,10 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
     """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
 
     GPU: CUDA-graph replays of the whole pass (median, p10, p90) and eager passes (median), each divided
-    by len(calls). CPU: wall-clock eager passes through the interpreter only. Eager p10/p90 are kept too, so
-    runs without graph times still carry a noise band for comparing them.
+    by len(calls), with the SM clock and power nvidia-smi saw during the replays (labkit.clocks: sm_mhz,
+    sm_mhz_min, power_w, clock_capped; None where it cannot be read). CPU: wall-clock eager passes through the
+    interpreter only. Eager p10/p90 are kept too, so runs without graph times still carry a noise band for
+    comparing them.
     """
     n = len(calls)
     if not ON_GPU:
@@ -111,7 +115,7 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
             times.append((time.perf_counter() - t) * 1e6 / n)
         return {"us_graph": None, "us_graph_p10": None, "us_graph_p90": None, "us_eager": statistics.median(times),
                 "us_eager_p10": _percentile(times, 0.1), "us_eager_p90": _percentile(times, 0.9),
-                "timing": "interpreter"}
+                "timing": "interpreter", **dict.fromkeys(CLOCK_COLUMNS)}
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up outside capture: compiles, allocator, cuBLAS handles
@@ -134,11 +138,13 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
         eager_pass()
     for _ in range(warmup):
         graph.replay()
-    reps_t = [timed(graph.replay, spin=True) for _ in range(reps)]
+    with ClockSampler() as clocks:  # the SM clock and power while the replays ran (labkit.clocks: why)
+        reps_t = [timed(graph.replay, spin=True) for _ in range(reps)]
     del graph
     return {"us_graph": statistics.median(reps_t), "us_graph_p10": _percentile(reps_t, 0.1),
             "us_graph_p90": _percentile(reps_t, 0.9), "us_eager": statistics.median(eager),
-            "us_eager_p10": _percentile(eager, 0.1), "us_eager_p90": _percentile(eager, 0.9), "timing": "cuda_graph"}
+            "us_eager_p10": _percentile(eager, 0.1), "us_eager_p90": _percentile(eager, 0.9), "timing": "cuda_graph",
+            **clocks.result}
 
 
 # ---- linear points -------------------------------------------------------------------------------------------

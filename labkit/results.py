@@ -282,6 +282,8 @@ def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     `min_band` apart, a `loss` the same the other way; everything else is `noise`, and a point not ok in
     either run is `n/a`. min_band covers drift between runs that replays within one run cannot show (two
     H100 runs of mostly unchanged linear kernels: median |ratio - 1| 0.7%, 90th percentile 2.3%).
+    Where both runs recorded the SM clock (labkit.clocks), `clock_ratio` = B's mean SM clock over A's: a win
+    or loss beside a clock ratio away from 1 may be the GPU's power state, not the code.
     """
     da = a if isinstance(a, pd.DataFrame) else read_runs([resolve_run(a)])
     db = b if isinstance(b, pd.DataFrame) else read_runs([resolve_run(b)])
@@ -315,6 +317,8 @@ def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     out.loc[win, "verdict"] = "win"
     out.loc[loss, "verdict"] = "loss"
     out.loc[~ok, "verdict"] = "n/a"
+    if "sm_mhz_a" in j and "sm_mhz_b" in j:  # labkit.clocks: a power-capped GPU can make a win or a loss
+        out["clock_ratio"] = (j["sm_mhz_b"] / j["sm_mhz_a"]).where(ok)
     out = out.sort_values(["op", *[c for c in ("shape", "model") if c in out], "routing", "m", "variant"],
                           na_position="first", kind="stable").reset_index(drop=True)
     out.attrs.update(only_a=len(ka) - len(j), only_b=len(kb) - len(j), min_band=min_band,
@@ -342,7 +346,19 @@ def compare_summary(cmp: pd.DataFrame) -> str:
             f"{cmp.attrs.get('only_b', 0)}); {counts.get('win', 0)} wins, {counts.get('loss', 0)} losses, "
             f"{counts.get('noise', 0)} within noise, {counts.get('n/a', 0)} not ok in a run; "
             f"geometric mean ratio B/A {geo:.3f} (band: p10-p90 of each run, at least "
-            f"{cmp.attrs.get('min_band', MIN_BAND):.0%})")
+            f"{cmp.attrs.get('min_band', MIN_BAND):.0%}){_clock_note(cmp)}")
+
+
+def _clock_note(cmp: pd.DataFrame, tol: float = 0.02) -> str:
+    """"; N of the wins and losses ran at SM clocks more than 2% apart" where that happened, else ""."""
+    if "clock_ratio" not in cmp.columns:
+        return ""
+    decided = cmp["verdict"].isin(["win", "loss"])
+    apart = decided & ((cmp["clock_ratio"] - 1).abs() > tol)
+    if not apart.any():
+        return ""
+    return (f"; {int(apart.sum())} of the {int(decided.sum())} wins and losses ran at SM clocks more than "
+            f"{tol:.0%} apart (clock_ratio: the GPU's power state may explain them)")
 
 
 def compare_by(cmp: pd.DataFrame, by: str | list[str] = "variant") -> pd.DataFrame:

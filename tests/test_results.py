@@ -99,6 +99,22 @@ def test_compare_known_ratios_and_verdicts(tmp_path):
     assert "6 points in both runs" in compare_summary(compare_runs(a, b))
 
 
+def test_compare_reports_the_clock_ratio(tmp_path):
+    """Where both runs recorded the SM clock, each point carries B's over A's, and the summary counts the wins and
+    losses that ran at clocks more than 2% apart; runs without clocks get neither."""
+    a = _run(tmp_path, "a", [_timed(1, 100, 99, 101, sm_mhz=1980.0), _timed(2, 100, 99, 101, sm_mhz=1650.0),
+                             _timed(4, 100, 99, 101, sm_mhz=1980.0)])
+    b = _run(tmp_path, "b", [_timed(1, 80, 79, 81, sm_mhz=1980.0), _timed(2, 110, 109, 111, sm_mhz=1530.0),
+                             _timed(4, 100, 99, 101, sm_mhz=1700.0)])
+    from labkit.results import compare_runs, compare_summary
+
+    cmp = compare_runs(a, b)
+    assert list(cmp.clock_ratio.round(4)) == [1.0, round(1530 / 1650, 4), round(1700 / 1980, 4)]
+    assert "1 of the 2 wins and losses ran at SM clocks more than 2% apart" in compare_summary(cmp)
+    plain = compare_runs(_run(tmp_path, "c", [_timed(1, 100, 99, 101)]), _run(tmp_path, "d", [_timed(1, 80, 79, 81)]))
+    assert "clock_ratio" not in plain.columns and "SM clocks" not in compare_summary(plain)
+
+
 def test_compare_needs_matching_shape_and_unique_keys(tmp_path):
     from labkit.results import compare_runs
 
