@@ -411,6 +411,76 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False)
 
     @gluon.jit
+    def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
+                   limit, act_scale, SMAX, WE, SE, e, m0, end, tile, chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait,
+                   PHASE: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
+                   STAGES: gl.constexpr, RING_W: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
+                   LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
+                   XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
+                   LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr):
+        """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build; returns the
+        trace's past-the-wait time (t_wait, updated by CHAIN's wait)."""
+        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
+        LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
+        if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
+            rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            if EPI_EARLY == 2:
+                je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
+        if CHAIN and PHASE == 2:
+            _g_wait_count(chain_ptr + tile, NEED)
+            if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
+                _g_proxy_fence()
+            if TRACE:
+                t_wait = _g_clock_ns()
+        r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
+        ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
+        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
+        src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
+        xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
+                + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
+        xok = None
+        if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
+            xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
+        g0 = 0
+        g1 = None
+        if TMA:
+            if PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
+                g0 = e * GE + gl.program_id(0) * (BLOCK_N // 32)
+                g1 = g0 + GE // 2
+            else:
+                g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
+        acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
+                            x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
+                            SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1)
+        if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
+            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
+            acc_a, acc_b = gl.split(pair)
+            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
+            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
+        else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
+            acc_a = gl.convert_layout(acc, EPI)
+            acc_b = acc_a
+        if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
+            rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        if EPI_EARLY != 2:
+            je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+            bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
+        if not EPI_EARLY and PHASE == 2:
+            rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                    alpha, limit, act_scale, SMAX, PHASE, True)
+        if CHAIN:
+            if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
+                _g_proxy_fence()
+            _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
+        return t_wait
+
+
+    @gluon.jit
     def _moe_wg_kernel(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N,
                        K, KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr,
                        EP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
@@ -418,7 +488,8 @@ if gluon is not None:
                        MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr,
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
-                       TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                       TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
+                       LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -433,7 +504,11 @@ if gluon is not None:
         TMA: the weights' words and scale bytes by TMA boxes (kernels.linear_mma._g_wg_tma_loop; GE 16-row
         groups per expert, mlp1 a gate and a linear box per step); TMA=2 the tile's x rows too, a box of
         positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself). TRACE: each
-        program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM)."""
+        program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM). HALF: a tile holding at
+        most BLOCK_M / 2 positions runs the half-width build of the same program (wgmma N = BLOCK_M / 2; layouts
+        *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much."""
+        t_start = 0
+        t_wait = 0
         if TRACE:
             t_start = _g_clock_ns()
         if CHAIN and PHASE == 2:
@@ -445,63 +520,28 @@ if gluon is not None:
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
-            COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-            LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
-            if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
-                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-                if EPI_EARLY == 2:
-                    je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-                    bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-            if CHAIN and PHASE == 2:
-                _g_wait_count(chain_ptr + tile, NEED)
-                if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
-                    _g_proxy_fence()
-                if TRACE:
-                    t_wait = _g_clock_ns()
-            r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-            ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
-            rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
-            src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
-            xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
-                    + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
-            xok = None
-            if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
-                xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
-            g0 = 0
-            g1 = None
-            if TMA:
-                if PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
-                    g0 = e * GE + gl.program_id(0) * (BLOCK_N // 32)
-                    g1 = g0 + GE // 2
+            if HALF:  # a constexpr branch first: builds without HALF never instantiate the half-width tile
+                if end - m0 <= BLOCK_M // 2:
+                    t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                                        OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
+                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                        TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
+                                        TRACE,
+                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H)
                 else:
-                    g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
-            acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
-                                x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                                SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1)
-            if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
-                pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
-                acc_a, acc_b = gl.split(pair)
-                acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-                acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-            else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
-                acc_a = gl.convert_layout(acc, EPI)
-                acc_b = acc_a
-            if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
-                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            if EPI_EARLY != 2:
-                je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-                bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-            if not EPI_EARLY and PHASE == 2:
-                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                        alpha, limit, act_scale, SMAX, PHASE, True)
-            if CHAIN:
-                if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
-                    _g_proxy_fence()
-                _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
+                    t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                                        OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
+                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                        TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
+                                        TRACE,
+                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX)
+            else:
+                t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                                    OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
+                                    chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                    TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
+                                    TRACE,
+                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
@@ -544,15 +584,22 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         wdesc = sdesc = xdesc = None
         if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
             wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"])
+        half = bool(cfg.get("HALF"))
+        LW_H, LXCP_H, MMA_H, SX_H = wg_layouts(BM // 2, cfg["ROWS"], cfg["CHUNKS"], nw) if half else (LW, LXCP, MMA, SX)
+        xdesc_h = None
         if tma == 2:  # new each call, as gemv_mma's x16 (a CUDA graph keeps the captured descriptor)
             if phase == 1 and not gathered:
                 raise ValueError("moe_mma TMA=2: mlp1 reads x gathered per sorted position (x_to_f16(rows=...))")
             xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM, 128 * cfg["CHUNKS"]], SX)
+            if half:
+                xdesc_h = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM // 2, 128 * cfg["CHUNKS"]],
+                                           SX_H)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
-                             **trace_args(f"mlp{phase}", grid, r.offsets), **extra)
+                             **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
+                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -568,7 +615,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -590,7 +637,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA (WGMMA, RING_W, CHUNKS=1): the
     ring's words and scale bytes copied by the tensor memory accelerator instead of by every thread; TMA=2 x's
     rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
-    mlp2. x16 (plane-major) is not used."""
+    mlp2. HALF (WGMMA): token tiles holding at most BLOCK_M / 2 positions (an expert's last, part-filled one) run a
+    half-width build of the program (wgmma N = BLOCK_M / 2), the others the full one; the interpreter runs the
+    same arithmetic either way. x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -601,7 +650,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -675,21 +724,32 @@ def _rule_rows2(cfg, problem):
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 
 
+def _rule_half(cfg, problem):
+    """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
+    if not cfg.get("HALF"):
+        return None
+    if not cfg.get("WGMMA"):
+        return "HALF applies only with WGMMA"
+    if cfg["BLOCK_M"] < 16:
+        return f"HALF needs BLOCK_M >= 16 (its half-width build is wgmma N = BLOCK_M / 2 >= 8), got {cfg['BLOCK_M']}"
+    return None
+
+
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "TMA": (False, True, 2)},
+           "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False},
-    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2,
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False},
+    rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
-                "per word, not 15)",
+                "per word, not 15); HALF: part-filled token tiles on a half-width build",
 ))

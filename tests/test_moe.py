@@ -612,6 +612,29 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
 
 
 @pytest.mark.parametrize("tokens", [5, 70])
+def test_moe_mma_half_width_tiles_are_bit_identical(tokens, device):
+    """HALF runs token tiles holding at most BLOCK_M / 2 positions on a half-width build (wgmma N = BLOCK_M / 2):
+    each token's column of the MMA is its own and sums the same K steps in the same order, so the bits do not
+    change (cp.async and TMA=2 rings, with CHAIN; tiles of 16, 32 and 64 rows, the routing leaving both kinds).
+    The interpreter runs the same arithmetic either way: on the CPU this checks the plumbing and the rule."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2}
+    dw, x, r, ref = odd_layer(23, tokens, 6, device)
+    counts = (r.offsets[1:] - r.offsets[:-1]).cpu()
+    for extra in ({"BLOCK_M": 16, "STAGES": 4, "CHAIN": True, "EPI_EARLY": 1}, {"BLOCK_M": 32, "STAGES": 4},
+                  {"BLOCK_M": 64, "STAGES": 3, "TMA": 2, "CHAIN": True, "MAXNREG": 168}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, HALF=True), y), extra
+        assert rel_err(y, ref) < TOL
+    if tokens == 70:  # both kinds of tile at BLOCK_M=16: a part-filled last tile of at most 8, and more
+        rest = counts % 16
+        assert ((rest > 0) & (rest <= 8)).any() and ((rest > 8) | (counts > 16)).any()
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "BLOCK_M": 16, "STAGES": 4, "HALF": True}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "HALF": True}, problem)
+    assert "BLOCK_M >= 16" in v.reason({**v.defaults, **cfg, "BLOCK_M": 8, "STAGES": 4, "HALF": True}, problem)
+
+
+@pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
     in the compiled WGMMA kernel: the same values meet the same accumulators, so the bits do not change, with
@@ -675,7 +698,8 @@ def test_moe_mma_tma_copies_are_bit_identical(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("opts", [{"TMA": 2}, {"CHAIN": True}, {"TMA": 2, "CHAIN": True}])
+@pytest.mark.parametrize("opts", [{"TMA": 2}, {"CHAIN": True}, {"TMA": 2, "CHAIN": True},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
