@@ -3,7 +3,7 @@
 # meta.json by labkit.runs, memcheck.txt the sanitizer's and pytest's output).
 # call as: LAB_GIT_COMMIT=<sha> bash .device/memcheck.sh NAME "<pytest -k expr>"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
-cmd="compute-sanitizer --tool memcheck python3 -m pytest -q -m gpu tests/test_linear.py tests/test_moe.py -k \"$2\""
+cmd="compute-sanitizer --tool memcheck python3 -m pytest -q tests/test_linear.py tests/test_moe.py -k \"$2\""
 out=$OUT/memcheck-$1
 python3 -c "import sys; from labkit.runs import create_run; create_run('memcheck-$1', out=sys.argv[1], command=sys.argv[2])" "$out" "$cmd"
 eval "$cmd" > $out/memcheck.txt 2>&1
