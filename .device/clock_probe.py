@@ -19,7 +19,7 @@ import torch
 import kernels as K
 from labkit import routing as routing_gen
 from labkit.bench import settle_allocator
-from labkit.bench_moe import MoEBench, MoECase, point_seed
+from labkit.bench_moe import TOL_MOE, MoEBench, MoECase, check_moe, point_seed
 from labkit.clocks import ClockSampler
 from labkit.hardware import event_ms
 from labkit.runs import probe_run
@@ -45,6 +45,9 @@ def main():
         case = MoECase(model=model, tokens=tokens, routing="uniform", variant="moe_mma", experts=bench.E,
                        top_k=bench.k, hidden=bench.H, intermediate=bench.I, config=full)
         sample = routing_gen.generate("uniform", tokens, bench.E, bench.k, seed=point_seed(tokens, "uniform"))
+        err = check_moe(case, bench, sample, seed=0)  # correctness first, as the sweep checks it
+        if not err <= TOL_MOE:
+            raise RuntimeError(f"{model} {tokens} {cfg}: relative error {err:.3g} against reference_moe")
         calls, _ = bench.calls(case, sample)
         for c in calls:
             c()
@@ -60,8 +63,8 @@ def main():
         for i in range(REPLAYS):
             with ClockSampler(interval_ms=5) as clocks:
                 ms = event_ms(graph.replay)
-            replays.append({"point": pi, "model": model, "tokens": tokens, "config": str(cfg), "i": i,
-                            "t": time.monotonic(), "us": ms * 1e3 / len(calls), **clocks.result})
+            replays.append({"point": pi, "model": model, "tokens": tokens, "config": str(cfg), "max_rel_err": err,
+                            "i": i, "t": time.monotonic(), "us": ms * 1e3 / len(calls), **clocks.result})
         del graph
         us = [r["us"] for r in replays if r["point"] == pi]
         print(f"{model} {tokens}: median {statistics.median(us):.1f} us, min {min(us):.1f}, max {max(us):.1f}",
