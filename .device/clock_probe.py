@@ -5,7 +5,11 @@ This times single CUDA-graph replays of a layer pass (the sweep's calls, labkit.
 back, each inside a labkit.clocks.ClockSampler sampling every 5 ms: if the slow replays are the ones run at a lower
 clock (power or thermal capping), the two modes are the GPU's, not the kernels'. (Its run at ac2a584,
 results/20261127T103603-h100-80gb-hbm3-clock-probe, sampled nvidia-smi in a thread of its own, before labkit.clocks
-existed, and also wrote every raw sample to clocks.csv.)
+existed, and also wrote every raw sample to clocks.csv.) What it can show depends on the load: that first version
+replayed six layer calls (~20 ms) back to back and found two modes ~100 MHz apart; this one replays the sweep's one
+call per replay and waits after each for a clock sample, so the GPU idles between replays, and its run at f52c94d
+(results/20261127T114158-h100-80gb-hbm3-clock-probe) found 20b at 8192 tokens within 1.4% at ~1970 MHz: the power cap
+comes with sustained load.
 
 call as: python3 .device/clock_probe.py [OUT_DIR]   (writes replays.csv, summary.csv and meta.json)
 """
