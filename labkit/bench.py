@@ -87,7 +87,10 @@ def settle_allocator() -> None:
     allocates fresh weights (and, for TILED configs, their tiled copies: ~3 GiB more), so without this step
     each config was timed in whichever state its own check left, which read as a 12% layout gap at decode.
     It does not control the state fully: sweeps still time the tiled 120b configs at 2-8 tokens in the slow
-    state in some runs (results/20261123T105807-...-moe-regret-uniform), the row-major ones never."""
+    state in some runs (results/20261123T105807-...-moe-regret-uniform), the row-major ones never. That remaining
+    slow state was not the allocator's: tiled copies made again, after a settle or a 4 GiB churn, replay back to back
+    at the same speed, and any config (row-major too) is 5-20% slower after a host gap of a few ms, which the
+    spin kernel ahead of each replay now covers (labkit.hardware.SPIN_CYCLES)."""
     if ON_GPU:
         torch.cuda.empty_cache()
         buf = torch.empty(SETTLE_BYTES, dtype=torch.uint8, device="cuda")

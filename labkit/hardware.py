@@ -235,14 +235,21 @@ def gpu_table():
 # ---- measuring (GPU only) ----------------------------------------------------------------------------------
 
 
-#: GPU clock cycles of the spin kernel queued ahead of each timed call (~50 us at H100 clocks): longer than the
-#: host takes to enqueue the start event and the work, so the events bracket device time only.
-SPIN_CYCLES = 100_000
+#: GPU clock cycles of the spin kernel queued ahead of each timed call (~0.5 ms at H100 clocks). It does two jobs:
+#: it outlasts the host's enqueueing of the start event and the work, so the events bracket device time only; and
+#: it warms the GPU up. After a host gap of 1-50 ms an H100 runs the next work slower while its clocks ramp (the
+#: gpt-oss-120b 16-token MoE layer 240 -> 253-291 us, a 1 GiB sum 352 -> 497-519 us behind 100k cycles; 240 us at
+#: every gap behind 1M or 4M: results/20261127T121442-h100-80gb-hbm3-idle-probe). With the old 100k cycles (~50 us)
+#: a replay that followed a host stall timed in that slow state: the two "modes" of 120b at 4-32 tokens
+#: (results/20261127T121200-h100-80gb-hbm3-slow-mode: back to back never slow, after 3 ms gaps 5-20% slower, tiled
+#: and row-major weights alike).
+SPIN_CYCLES = 1_000_000
 
 
 def event_ms(fn, spin: bool = True) -> float:
-    """Time of fn() in ms between two CUDA events. spin: a sleep kernel queued first keeps the GPU busy while
-    the host enqueues the start event and fn's launches, so host launch latency stays out of the time.
+    """Time of fn() in ms between two CUDA events. spin: a sleep kernel (SPIN_CYCLES) queued first keeps the GPU
+    busy while the host enqueues the start event and fn's launches, so host launch latency stays out of the time,
+    and brings the GPU's clocks back up after any host gap before it (SPIN_CYCLES says why both matter).
 
     Why: without it, torch.sum over 1 GiB on an H100 read 2.47-2.88 TB/s from one measurement to the next,
     with it 3.04 TB/s every time (.device/ceiling_ab.py); the lm_head at 1 token, timed as one graph replay,
