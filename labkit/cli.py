@@ -452,6 +452,9 @@ def cmd_table(args) -> int:
     for col, against in (("regret", "the best of any layout"), ("layout_regret", f"the best {args.layout} config")):
         print(f"\nregret of the {args.layout} tables against {against}, by {by}:\n"
               + df.groupby(by)[col].describe()[["count", "mean", "max"]].to_string())
+    over = df[df["layout_regret"] > 1.05]
+    print(f"\npoints with layout_regret above 1.05: {len(over)}, of which beyond the noise (auto's p10-p90 band "
+          f"above the best's, medians more than 3% apart): {int((over['layout_verdict'] == 'loss').sum())}")
     return 0
 
 

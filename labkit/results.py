@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import RESULTS_DIR
@@ -268,6 +269,16 @@ def _band(df: pd.DataFrame, graph: pd.Series) -> tuple[pd.Series, pd.Series, pd.
     return med, p10, p90
 
 
+def band_verdict(a_us, a_p10, a_p90, b_us, b_p10, b_p90, min_band: float = MIN_BAND):
+    """DESIGN.md's noise rule for B against A (scalars or Series): "win" where B's p10-p90 band lies below A's
+    and its median is more than min_band faster, "loss" the other way round, else "noise"."""
+    ratio = b_us / a_us
+    win = (b_p90 / a_p10 < 1) & (ratio < 1 - min_band)
+    loss = (b_p10 / a_p90 > 1) & (ratio > 1 + min_band)
+    out = np.select([np.asarray(win, bool), np.asarray(loss, bool)], ["win", "loss"], "noise")
+    return pd.Series(out, index=ratio.index) if isinstance(ratio, pd.Series) else str(out)
+
+
 def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     """Per-point ratio of two runs (B over A: `ratio` = time_b / time_a, below 1 means B is faster).
 
@@ -311,11 +322,8 @@ def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     out["ratio"] = (out["b_us"] / out["a_us"]).where(ok)
     out["ratio_lo"] = (out["b_p10"] / out["a_p90"]).where(ok)
     out["ratio_hi"] = (out["b_p90"] / out["a_p10"]).where(ok)
-    win = ok & (out["ratio_hi"] < 1) & (out["ratio"] < 1 - min_band)
-    loss = ok & (out["ratio_lo"] > 1) & (out["ratio"] > 1 + min_band)
-    out["verdict"] = "noise"
-    out.loc[win, "verdict"] = "win"
-    out.loc[loss, "verdict"] = "loss"
+    out["verdict"] = band_verdict(out["a_us"], out["a_p10"], out["a_p90"], out["b_us"], out["b_p10"], out["b_p90"],
+                                  min_band)
     out.loc[~ok, "verdict"] = "n/a"
     if "sm_mhz_a" in j and "sm_mhz_b" in j:  # labkit.clocks: a power-capped GPU can make a win or a loss
         out["clock_ratio"] = (j["sm_mhz_b"] / j["sm_mhz_a"]).where(ok)

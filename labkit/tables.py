@@ -30,7 +30,7 @@ import pandas as pd
 
 from kernels.prepare import HELD_LAYOUTS
 
-from .results import BASELINES, read_runs
+from .results import BASELINES, band_verdict, read_runs
 
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
 
@@ -74,6 +74,10 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
     df["t"] = df["us_graph"].fillna(df["us_eager"])
+    for q in ("p10", "p90"):  # the p10-p90 band of t, for the noise rule (a point without one: its median)
+        cols = [c for c in (f"us_graph_{q}", f"us_eager_{q}") if c in df.columns]
+        band = df[cols[0]].where(df["us_graph"].notna(), df[cols[-1]]) if cols else df["t"]
+        df[f"t_{q}"] = band.fillna(df["t"])
     if "shape" not in df.columns:
         df["shape"] = ""
     if "model" not in df.columns:
@@ -140,7 +144,9 @@ def derive_table(run_dir, op: str = "linear", routing: str = "uniform", layout: 
 def regret(run_dir, tables: dict, op: str = "linear", layout: str | None = None) -> pd.DataFrame:
     """Per measured problem: auto's pick from `tables` and its time over the best time of that problem (any
     layout: what holding the weights in the tables' layout costs, picks included); with `layout`, also over the
-    best config that reads that layout (layout_regret: how well the tables pick within it)."""
+    best config that reads that layout (layout_regret: how well the tables pick within it) and `layout_verdict`,
+    DESIGN.md's noise rule for that pair ("loss": auto's p10-p90 band lies above the best's and its median is more
+    than 3% slower; "noise": a tie within the spread of the replays)."""
     df = _points(run_dir, op)
     pcols = _problem_cols(op)
     out = []
@@ -155,9 +161,14 @@ def regret(run_dir, tables: dict, op: str = "linear", layout: str | None = None)
                     "auto_us": picked["t"].min() if len(picked) else math.nan,
                     "regret": picked["t"].min() / best if len(picked) else math.nan})
         if layout is not None:
-            same = g[g["config"].map(config_layout) == layout]["t"]
-            out[-1]["layout_best_us"] = same.min() if len(same) else math.nan
-            out[-1]["layout_regret"] = out[-1]["auto_us"] / same.min() if len(same) else math.nan
+            same = g[g["config"].map(config_layout) == layout]
+            out[-1]["layout_best_us"] = same["t"].min() if len(same) else math.nan
+            out[-1]["layout_regret"] = out[-1]["auto_us"] / same["t"].min() if len(same) else math.nan
+            verdict = math.nan
+            if len(same) and len(picked):
+                a, b = same.loc[same["t"].idxmin()], picked.loc[picked["t"].idxmin()]
+                verdict = band_verdict(a["t"], a["t_p10"], a["t_p90"], b["t"], b["t_p10"], b["t_p90"])
+            out[-1]["layout_verdict"] = verdict
     return pd.DataFrame(out)
 
 

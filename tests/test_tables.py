@@ -78,6 +78,20 @@ def test_each_layout_has_its_own_tables_and_regret_counts_the_other(tmp_path):
         derive_tables(only_rows, "linear", layout="tiled")
 
 
+def test_layout_regret_says_whether_it_is_beyond_the_noise(tmp_path):
+    """A pick 6% slower by median is a "loss" only where its p10-p90 band lies above the best's; a pick whose band
+    reaches the best's (a config timed in two modes) is "noise", by DESIGN.md's rule, and stays visible as a regret."""
+    def pt(m, variant, us, p10, p90):
+        return {**_pt("a", 128, m, variant, us), "us_graph_p10": p10, "us_graph_p90": p90}
+
+    run = _run(tmp_path, [pt(1, "gemv", 106, 105, 107), pt(1, "gemv_h2", 100, 99, 101),
+                          pt(2, "gemv", 106, 99, 108), pt(2, "gemv_h2", 100, 99, 101),
+                          pt(4, "gemv", 101, 100, 102), pt(4, "gemv_h2", 100, 99, 101)])
+    r = regret(run, {"default": [(1 << 62, "gemv", {"BLOCK_N": 64})]}, "linear", layout="rows")
+    assert r["layout_regret"].round(2).tolist() == [1.06, 1.06, 1.01]
+    assert r["layout_verdict"].tolist() == ["loss", "noise", "noise"]
+
+
 def test_package_tables_come_from_committed_h100_runs():
     import json
 
