@@ -135,3 +135,23 @@ def test_measure_ceilings_on_the_gpu():
             assert c.fp8_tflops < 1.15 * spec.peak_tflops["fp8"]
     meta = c.as_meta()
     assert hw.ceilings_from_meta(meta).read_gbps == c.read_gbps
+
+
+@pytest.mark.gpu
+def test_event_ms_times_work_after_a_host_gap_as_warm_work():
+    """The spin kernel ahead of each timed call (SPIN_CYCLES) must outlast the GPU's wake-up: an H100 left idle by
+    the host for 1-50 ms runs the next work 5-50% slower while its clocks ramp, and behind the old ~50 us spin a
+    1 GiB sum took 497-519 us after 10-50 ms gaps against 352 warm (results/20261127T121442-h100-80gb-hbm3-idle-
+    probe)."""
+    import statistics
+    import time
+
+    x = torch.ones(2**28, device="cuda")  # 1 GiB fp32: DRAM-bound
+    for _ in range(3):
+        x.sum()
+    warm = statistics.median(hw.event_ms(lambda: x.sum()) for _ in range(9))
+    after_gap = []
+    for _ in range(7):
+        time.sleep(0.03)
+        after_gap.append(hw.event_ms(lambda: x.sum()))
+    assert statistics.median(after_gap) < 1.05 * warm, (after_gap, warm)
