@@ -13,7 +13,9 @@ from the one it does publish and the comment says so. L2 sizes are what CUDA rep
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,11 +145,14 @@ class Ceilings:
     fp8_tflops: float | None = None
     l2_bytes: int | None = None
     source: str = "datasheet"     # "datasheet", "measured", or "measured+datasheet" when merged
+    wake_ratio: float | None = None  # measured: wake_ratio() of the read buffer's sum, the timing's own check
+    spin_cycles: int | None = None  # measured: SPIN_CYCLES when they were
 
     def as_meta(self) -> dict:
         """The `ceilings` object of a run's meta.json."""
         return {"read_gbps": self.read_gbps, "bf16_tflops": self.bf16_tflops, "copy_gbps": self.copy_gbps,
-                "fp8_tflops": self.fp8_tflops, "source": self.source}
+                "fp8_tflops": self.fp8_tflops, "source": self.source, "wake_ratio": self.wake_ratio,
+                "spin_cycles": self.spin_cycles}
 
 
 def datasheet_ceilings(spec: GPUSpec) -> Ceilings:
@@ -173,7 +178,8 @@ def ceilings_from_meta(meta_ceilings: Mapping) -> Ceilings:
         if not vals[k] or vals[k] <= 0:
             raise ValueError(f"ceilings have no {k} (got {meta_ceilings.get(k)!r}); was the run made without a GPU?")
     l2 = meta_ceilings.get("l2_bytes")
-    return Ceilings(**vals, l2_bytes=int(l2) if l2 else None, source=meta_ceilings.get("source") or "measured")
+    return Ceilings(**vals, l2_bytes=int(l2) if l2 else None, source=meta_ceilings.get("source") or "measured",
+                    wake_ratio=_number(meta_ceilings.get("wake_ratio")), spin_cycles=meta_ceilings.get("spin_cycles"))
 
 
 def merge_ceilings(measured: Ceilings | Mapping | None, datasheet: Ceilings | None) -> Ceilings:
@@ -243,7 +249,12 @@ def gpu_table():
 #: a replay that followed a host stall timed in that slow state: the two "modes" of 120b at 4-32 tokens
 #: (results/20261127T121200-h100-80gb-hbm3-slow-mode: back to back never slow, after 3 ms gaps 5-20% slower, tiled
 #: and row-major weights alike).
-SPIN_CYCLES = 1_000_000
+#: LAB_SPIN_CYCLES overrides it for a GPU that wakes more slowly: each run's ceilings record `wake_ratio`
+#: (wake_ratio()), and the sweep warns when it is above WAKE_LIMIT.
+SPIN_CYCLES = int(os.environ.get("LAB_SPIN_CYCLES") or 1_000_000)
+#: The most a spin-led call timed after a host gap may take over the same call timed warm (wake_ratio) before the
+#: sweep warns that its times may carry the GPU's wake-up.
+WAKE_LIMIT = 1.05
 
 
 def event_ms(fn, spin: bool = True) -> float:
@@ -264,6 +275,23 @@ def event_ms(fn, spin: bool = True) -> float:
     b.record()
     b.synchronize()
     return a.elapsed_time(b)
+
+
+def wake_ratio(fn, *, gap_s: float = 0.03, reps: int = 7) -> float:
+    """Median spin-led time of fn() (event_ms) right after a host sleep of gap_s, over its median back to back:
+    about 1 when the spin kernel ahead of each timed call outlasts the GPU's wake-up (SPIN_CYCLES says why that
+    matters); fn should be DRAM-bound and take ~0.1 ms or more. GPU only."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    warm = statistics.median(event_ms(fn) for _ in range(reps))
+    after_gap = []
+    for _ in range(reps):
+        time.sleep(gap_s)
+        after_gap.append(event_ms(fn))
+    return statistics.median(after_gap) / warm
 
 
 def _median_ms(fn, reps: int, warmup: int) -> float:
@@ -297,15 +325,16 @@ def _fp8_matmul(a, b):
     return None
 
 
-def _bandwidth(nbytes: int, dev, g, reps: int, warmup: int) -> tuple[float, float]:
-    """Read (torch.sum) and copy (bytes read + written) bandwidth in GB/s over a random fp32 buffer."""
+def _bandwidth(nbytes: int, dev, g, reps: int, warmup: int) -> tuple[float, float, float]:
+    """Read (torch.sum) and copy (bytes read + written) bandwidth in GB/s over a random fp32 buffer, and the sum's
+    wake_ratio."""
     import torch
 
     x = torch.randn(nbytes // 4, device=dev, generator=g)
     y = torch.empty_like(x)
     read = nbytes / (_median_ms(lambda: x.sum(), reps, warmup) * 1e-3) / 1e9
     copy = 2 * nbytes / (_median_ms(lambda: y.copy_(x), reps, warmup) * 1e-3) / 1e9
-    return read, copy
+    return read, copy, wake_ratio(lambda: x.sum(), reps=3 if reps < 10 else 7)
 
 
 def measure_ceilings(device=None, *, quick: bool = False) -> Ceilings:
@@ -314,6 +343,7 @@ def measure_ceilings(device=None, *, quick: bool = False) -> Ceilings:
     Bandwidth: torch.sum over (and a copy of) a random fp32 buffer at least 8x the L2, bytes moved / time.
     Matmul: 8192^3 on random data (never zeros: the tensor cores draw less power on zeros and clock
     higher). CUDA events, warm-up, median of the repetitions. quick=True: smaller and fewer, for tests.
+    Also the timing's own check, `wake_ratio` of the read buffer's sum (above WAKE_LIMIT: raise LAB_SPIN_CYCLES).
     """
     import torch
 
@@ -329,7 +359,7 @@ def measure_ceilings(device=None, *, quick: bool = False) -> Ceilings:
         want = max((4 if quick else 8) * l2, (256 if quick else 1024) * MiB)
         nbytes = min(want, free // 4) // 4 * 4
         g = torch.Generator(device=dev).manual_seed(0)
-        read_gbps, copy_gbps = _bandwidth(nbytes, dev, g, reps, warmup)
+        read_gbps, copy_gbps, wake = _bandwidth(nbytes, dev, g, reps, warmup)
         n = 4096 if quick else 8192
         a = torch.randn(n, n, device=dev, generator=g, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=dev, generator=g, dtype=torch.bfloat16)
@@ -338,4 +368,4 @@ def measure_ceilings(device=None, *, quick: bool = False) -> Ceilings:
         fp8 = _fp8_matmul(a, b)
         fp8_tflops = flops / (_median_ms(fp8, reps, warmup) * 1e-3) / 1e12 if fp8 else None
     return Ceilings(read_gbps=read_gbps, bf16_tflops=bf16_tflops, copy_gbps=copy_gbps, fp8_tflops=fp8_tflops,
-                    l2_bytes=l2 or None, source="measured")
+                    l2_bytes=l2 or None, source="measured", wake_ratio=wake, spin_cycles=SPIN_CYCLES)

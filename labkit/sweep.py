@@ -292,11 +292,15 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
           f"{len(todo)} to measure")
     ceilings = None
     if on_gpu and todo:
-        from .hardware import measure_ceilings
+        from .hardware import WAKE_LIMIT, measure_ceilings
 
         print("measuring ceilings (read bandwidth, bf16 matmul) ...", flush=True)
         ceilings = measure_ceilings()
         run.update_meta(ceilings=ceilings.as_meta())
+        if ceilings.wake_ratio and ceilings.wake_ratio > WAKE_LIMIT:
+            print(f"warning: a timed call after a 30 ms host gap ran {ceilings.wake_ratio:.2f}x as long as warm: "
+                  "this GPU wakes more slowly than the spin kernel ahead of each timed call lasts, so points timed "
+                  "after a host stall read slow; raise LAB_SPIN_CYCLES (labkit.hardware.SPIN_CYCLES)", flush=True)
         from .compile import precompile
 
         if spec["op"] == "linear":
