@@ -182,11 +182,17 @@ BASELINE_FOR_OP = {"linear": "cublas_bf16", "moe_layer": "torch_bf16"}
 COMPARE_EXTRA_KEYS = ("shape", "model", "bias")
 #: least relative change of the medians that counts as a result (see compare_runs)
 MIN_BAND = 0.03
+#: list_runs' `wide`: a point whose median is more than this above its p10
+WIDE = 0.05
 
 
 def list_runs(root: str | Path | Iterable[str | Path] | None = None) -> pd.DataFrame:
     """One row per run folder (under root, default results/, or the given folders): GPU, start time, commit,
-    how many points and how many of them are ok / incorrect / failed, and which ops they measure."""
+    how many points and how many of them are ok / incorrect / failed, which ops they measure, and two signs of how
+    far its times can be trusted: `wake_ratio` (its ceilings' check that the spin kernel ahead of each timed call
+    outlasts the GPU's wake-up, labkit.hardware.wake_ratio; empty for runs before it existed) and `wide` (ok
+    CUDA-graph points whose median is more than WIDE above their p10: replays in two modes, such as a cold GPU or a
+    power cap)."""
     paths = find_runs(root) if root is None or isinstance(root, (str, Path)) else [Path(p) for p in root]
     rows = []
     for p in paths:
@@ -194,12 +200,19 @@ def list_runs(root: str | Path | Iterable[str | Path] | None = None) -> pd.DataF
         pts = PointStore(p).read()
         status = pts["status"].value_counts() if len(pts) else pd.Series(dtype=int)
         ops = pts["op"].value_counts() if len(pts) else pd.Series(dtype=int)
+        wide = 0
+        if len(pts) and {"us_graph", "us_graph_p10"} <= set(pts.columns):
+            ok = pts[pts["status"] == "ok"].dropna(subset=["us_graph", "us_graph_p10"])
+            wide = int((ok["us_graph"] > (1 + WIDE) * ok["us_graph_p10"]).sum())
+        wake = (meta.get("ceilings") or {}).get("wake_ratio")
         rows.append({
             "run_id": p.name, "gpu": meta.get("gpu") or "cpu", "started": meta.get("started"),
             "finished": bool(meta.get("finished")), "git_commit": (meta.get("git_commit") or "")[:10],
             "points": len(pts), **{s: int(status.get(s, 0)) for s in STATUSES},
+            "wake_ratio": round(float(wake), 3) if wake is not None else None, "wide": wide,
             "ops": ", ".join(f"{op} {n}" for op, n in ops.items()), "path": str(p)})
-    cols = ["run_id", "gpu", "started", "finished", "git_commit", "points", *STATUSES, "ops", "path"]
+    cols = ["run_id", "gpu", "started", "finished", "git_commit", "points", *STATUSES, "wake_ratio", "wide", "ops",
+            "path"]
     return pd.DataFrame(rows, columns=cols)
 
 

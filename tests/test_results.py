@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from labkit.results import KEY_COLUMNS, POINT_COLUMNS, PointStore, point_key, read_runs
-from labkit.runs import create_run, probe_run
+from labkit.runs import create_run, open_run, probe_run
 
 
 def _point(**kw):
@@ -136,6 +136,19 @@ def test_list_runs_counts_statuses(tmp_path):
     assert list(df.index) == ["r1", "r2"]
     assert df.loc["r1", ["points", "ok", "incorrect", "failed"]].tolist() == [3, 1, 1, 1]
     assert df.loc["r1", "gpu"] == "H100" and df.loc["r2", "gpu"] == "cpu" and df.loc["r2", "ops"] == "moe_layer 1"
+    assert df.loc["r1", "wide"] == 0 and df.loc["r1", "wake_ratio"] is None  # no timing check recorded
+
+
+def test_list_runs_flags_wide_bands_and_the_wake_check(tmp_path):
+    """A point whose median sits more than 5% above its p10 (replays in two modes) is counted; the ceilings' wake
+    check comes from meta.json."""
+    from labkit.results import list_runs
+
+    path = _run(tmp_path, "r", [_timed(1, 10, 9.9, 10.1), _timed(2, 27.3, 23.6, 27.6), _timed(4, 10.4, 10.0, 12.0),
+                                _timed(8, 30, 20, 31, status="incorrect")])
+    open_run(path).update_meta(ceilings={"read_gbps": 3000, "bf16_tflops": 800, "wake_ratio": 1.0017})
+    row = list_runs(tmp_path).set_index("run_id").loc["r"]
+    assert row["wide"] == 1 and row["wake_ratio"] == 1.002
 
 
 def test_query_sql_over_runs(tmp_path):
