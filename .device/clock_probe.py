@@ -19,11 +19,10 @@ import time
 
 import pandas as pd
 import torch
+from probe_points import check_moe_point, moe_case
 
-import kernels as K
-from labkit import routing as routing_gen
-from labkit.bench import settle_allocator
-from labkit.bench_moe import TOL_MOE, MoEBench, MoECase, check_moe, point_seed
+from labkit.bench import capture_graph, settle_allocator
+from labkit.bench_moe import MoEBench
 from labkit.clocks import ClockSampler
 from labkit.hardware import event_ms
 from labkit.runs import probe_run
@@ -45,25 +44,14 @@ def main():
             bench = None
             torch.cuda.empty_cache()
             bench = MoEBench(model, baseline=False)
-        full = {**K.VARIANTS["moe_mma"].defaults, **cfg}
-        case = MoECase(model=model, tokens=tokens, routing="uniform", variant="moe_mma", experts=bench.E,
-                       top_k=bench.k, hidden=bench.H, intermediate=bench.I, config=full)
-        sample = routing_gen.generate("uniform", tokens, bench.E, bench.k, seed=point_seed(tokens, "uniform"))
-        err = check_moe(case, bench, sample, seed=0)  # correctness first, as the sweep checks it
-        if not err <= TOL_MOE:
-            raise RuntimeError(f"{model} {tokens} {cfg}: relative error {err:.3g} against reference_moe")
+        case, sample = moe_case(bench, tokens, "moe_mma", cfg)
+        err = check_moe_point(bench, case, sample)  # correctness first, as the sweep checks it
         calls, _ = bench.calls(case, sample)
         for c in calls:
             c()
         torch.cuda.synchronize()
         settle_allocator()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for c in calls:
-                c()
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
+        graph = capture_graph(calls)
         for i in range(REPLAYS):
             with ClockSampler(interval_ms=5) as clocks:
                 ms = event_ms(graph.replay)
@@ -83,12 +71,9 @@ def main():
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(summary.drop(columns=["config"]).to_string(index=False))
     if run:
-        rep.to_csv(run.path / "replays.csv", index=False)
-        summary.to_csv(run.path / "summary.csv", index=False)
-        run.update_meta(contents="replays.csv: each CUDA-graph replay of a layer pass (us per layer call) with the "
-                                 "SM clock, power and capped share labkit.clocks sampled while it ran; summary.csv: "
-                                 "per point, replays above and below the median")
-        run.finish()
+        run.finish_with("replays.csv: each CUDA-graph replay of a layer pass (us per layer call) with the SM clock, "
+                        "power and capped share labkit.clocks sampled while it ran; summary.csv: per point, replays "
+                        "above and below the median", replays=rep, summary=summary)
 
 
 if __name__ == "__main__":

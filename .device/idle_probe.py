@@ -11,28 +11,22 @@ import time
 
 import pandas as pd
 import torch
+from probe_points import WG8, check_moe_point, moe_case
 
-import kernels as K
-from labkit import routing as routing_gen
-from labkit.bench import settle_allocator
-from labkit.bench_moe import TOL_MOE, MoEBench, MoECase, check_moe, point_seed
+import labkit.hardware as hardware
+from labkit.bench import capture_graph, settle_allocator
+from labkit.bench_moe import MoEBench
 from labkit.runs import probe_run
 
 GAPS_MS = (0, 0.1, 1, 3, 10, 50)
 REPS = 12
-CFG = dict(CHUNKS=1, num_warps=4, WGMMA=True, TILED=True, RING_W=True, NIB=True, BLOCK_M=8, STAGES=4, CHAIN=True,
-           ROWS=2, ROWS2=1, EPI_EARLY=2)
+CFG = dict(WG8, ROWS=2, ROWS2=1, EPI_EARLY=2)
 
 
 def timed(fn, spin_cycles):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if spin_cycles:
-        torch.cuda._sleep(spin_cycles)
-    a.record()
-    fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1e3
+    """event_ms of fn() behind a spin kernel of spin_cycles (none for 0), in us."""
+    hardware.SPIN_CYCLES = spin_cycles
+    return hardware.event_ms(fn, spin=bool(spin_cycles)) * 1e3
 
 
 def clock_ramp(gap_s):
@@ -51,26 +45,13 @@ def main():
     rows = []
     big = torch.ones(2**28, device="cuda")  # 1 GiB fp32
     bench = MoEBench("gpt-oss-120b", baseline=False)
-    tokens = 16
-    full = {**K.VARIANTS["moe_mma"].defaults, **CFG}
-    case = MoECase(model=bench.model, tokens=tokens, routing="uniform", variant="moe_mma", experts=bench.E,
-                   top_k=bench.k, hidden=bench.H, intermediate=bench.I, config=full)
-    sample = routing_gen.generate("uniform", tokens, bench.E, bench.k, seed=point_seed(tokens, "uniform"))
-    err = check_moe(case, bench, sample, seed=0)
-    if not err <= TOL_MOE:
-        raise RuntimeError(f"relative error {err:.3g} against reference_moe")
+    case, sample = moe_case(bench, 16, "moe_mma", CFG)
+    err = check_moe_point(bench, case, sample)
     settle_allocator()
     calls, _ = bench.calls(case, sample)
-    graph = torch.cuda.CUDAGraph()
     for c in calls:
         c()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
+    graph = capture_graph(calls)
     tests = [("sum_1gib", lambda: big.sum(), 0), ("sum_1gib", lambda: big.sum(), 100_000)]
     tests += [("moe_120b_16", graph.replay, s) for s in (100_000, 1_000_000, 4_000_000)]
     for gap in GAPS_MS:
@@ -94,12 +75,10 @@ def main():
         print("median us by host gap (ms):")
         print(other.to_string())
     if run:
-        d.to_csv(run.path / "idle.csv", index=False)
-        run.update_meta(contents="idle.csv: per host gap before it, each timed call: sleep_20k (8 back-to-back 20k-"
-                                 "cycle sleep kernels, i = position), sum_1gib (1 GiB fp32 torch.sum, spin = cycles "
-                                 "of the sleep kernel queued before its start event), moe_120b_16 (the 16-token "
-                                 "layer's CUDA graph, checked first: max_rel_err)")
-        run.finish()
+        run.finish_with("idle.csv: per host gap before it, each timed call: sleep_20k (8 back-to-back 20k-cycle sleep "
+                        "kernels, i = position), sum_1gib (1 GiB fp32 torch.sum, spin = cycles of the sleep kernel "
+                        "queued before its start event), moe_120b_16 (the 16-token layer's CUDA graph, checked first: "
+                        "max_rel_err)", idle=d)
 
 
 if __name__ == "__main__":

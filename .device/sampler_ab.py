@@ -10,17 +10,16 @@ call as: python3 .device/sampler_ab.py [OUT_DIR]   (writes sampler.csv and meta.
 import contextlib
 
 import pandas as pd
+from probe_points import WG8, checked_moe_calls
 
 import labkit.bench as lb
 import labkit.clocks as clocks
-from labkit import routing as routing_gen
-from labkit.bench_moe import TOL_MOE, MoEBench, MoECase, check_moe, point_seed
+from labkit.bench_moe import MoEBench
 from labkit.runs import probe_run
 
-WG = dict(CHUNKS=1, NIB=True, RING_W=True, STAGES=4, TILED=True, WGMMA=True, num_warps=4, BLOCK_M=8, CHAIN=True)
-POINTS = [("gpt-oss-120b", 4, "moe_mma", dict(WG, ROWS=2, XSKIP=True)),
-          ("gpt-oss-120b", 8, "moe_mma", dict(WG, ROWS=2, ROWS2=1, EPI_EARLY=2)),
-          ("gpt-oss-20b", 8, "moe_mma", dict(WG, ROWS=2, ROWS2=1, EPI_EARLY=2, XSKIP=True))]
+POINTS = [("gpt-oss-120b", 4, "moe_mma", dict(WG8, ROWS=2, XSKIP=True)),
+          ("gpt-oss-120b", 8, "moe_mma", dict(WG8, ROWS=2, ROWS2=1, EPI_EARLY=2)),
+          ("gpt-oss-20b", 8, "moe_mma", dict(WG8, ROWS=2, ROWS2=1, EPI_EARLY=2, XSKIP=True))]
 ROUNDS = 4
 
 
@@ -41,13 +40,7 @@ def main():
     for model, t, variant, cfg in POINTS:
         if bench is None or bench.model != model:
             bench = MoEBench(model, baseline=False)
-        case = MoECase(model=model, tokens=t, routing="uniform", variant=variant, experts=bench.E, top_k=bench.k,
-                       hidden=bench.H, intermediate=bench.I, config=cfg)
-        sample = routing_gen.generate("uniform", t, bench.E, bench.k, seed=point_seed(t, "uniform"))
-        err = check_moe(case, bench, sample, seed=0)
-        if not err <= TOL_MOE:
-            raise RuntimeError(f"{model} {t}: relative error {err:.3g} against reference_moe")
-        calls_of.append((f"{model} {t} tokens", err, bench.calls(case, sample)[0]))
+        calls_of.append((f"{model} {t} tokens", *checked_moe_calls(bench, t, variant, cfg)))
     rows = []
     for phase in ("off_before", "on_20ms", "off_after"):
         if phase == "off_before" or phase == "off_after":
@@ -71,10 +64,8 @@ def main():
                                                             p90_over_p10_mean=("p90_over_p10", "mean")).round(3)
               .to_string())
     if run:
-        d.to_csv(run.path / "sampler.csv", index=False)
-        run.update_meta(contents="sampler.csv: per phase (nvidia-smi loop off, on at 20 ms, off again), round and "
-                                 "point, the sweep's time_calls result")
-        run.finish()
+        run.finish_with("sampler.csv: per phase (nvidia-smi loop off, on at 20 ms, off again), round and point, the "
+                        "sweep's time_calls result", sampler=d)
 
 
 if __name__ == "__main__":

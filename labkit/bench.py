@@ -99,6 +99,19 @@ def settle_allocator() -> None:
         torch.cuda.synchronize()
 
 
+def capture_graph(calls: Sequence[Callable[[], object]], *, warmup: int = 3):
+    """A CUDA graph of one pass over `calls` (which have run before: compiled, allocator warm), replayed `warmup`
+    times and synchronized, ready to time (GPU only)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
 def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup: int = 3) -> dict:
     """Time one pass over `calls` (e.g. the same op on rotating weight copies), per call.
 
@@ -136,11 +149,7 @@ def time_calls(calls: Sequence[Callable[[], object]], *, reps: int = 25, warmup:
             c()
 
     eager = [timed(eager_pass) for _ in range(max(5, reps // 3))]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        eager_pass()
-    for _ in range(warmup):
-        graph.replay()
+    graph = capture_graph(calls, warmup=warmup)
     with ClockSampler() as clocks:  # the SM clock and power while the replays ran (labkit.clocks: why)
         reps_t = [timed(graph.replay, spin=True) for _ in range(reps)]
     del graph

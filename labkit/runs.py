@@ -67,6 +67,14 @@ class Run:
     def finish(self) -> None:
         self.update_meta(finished=_now())
 
+    def finish_with(self, contents: str, **tables) -> None:
+        """A probe's end: each DataFrame in `tables` written as <name>.csv, `contents` (what they hold) in the meta,
+        then finish()."""
+        for name, df in tables.items():
+            df.to_csv(self.path / f"{name}.csv", index=False)
+        self.update_meta(contents=contents)
+        self.finish()
+
     def note_resume(self, what: str) -> None:
         """Record a resume in meta["resumes"]: the points measured after it ran this checkout's commit, which
         may differ from the run's git_commit."""

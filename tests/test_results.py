@@ -212,3 +212,6 @@ def test_probe_run_is_made_before_measuring_and_names_its_command(tmp_path, monk
     run = probe_run("probe")
     assert run.path == out and run.meta["finished"] is None
     assert run.meta["command"] == f"python3 .device/probe.py {out}"
+    run.finish_with("t.csv: two rows", t=pd.DataFrame({"a": [1, 2]}))
+    assert pd.read_csv(out / "t.csv")["a"].tolist() == [1, 2]
+    assert run.meta["contents"] == "t.csv: two rows" and run.meta["finished"] is not None
