@@ -270,9 +270,9 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=empty)
 
 
-def _band(df: pd.DataFrame, graph: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """(median, p10, p90) per point on CUDA-graph time where both runs have it, else eager; a missing
-    percentile counts as no spread."""
+def time_band(df: pd.DataFrame, graph: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(median, p10, p90) per point: CUDA-graph time where `graph` (e.g. where both compared runs have it), else
+    eager; a missing percentile counts as no spread."""
     def col(name):
         return df[name] if name in df.columns else pd.Series(float("nan"), index=df.index)
 
@@ -329,7 +329,7 @@ def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     out["metric"] = graph.map({True: "us_graph", False: "us_eager"})
     for side in ("a", "b"):
         cols = {c.removesuffix(f"_{side}"): j[c] for c in j.columns if c.endswith(f"_{side}")}
-        med, p10, p90 = _band(pd.DataFrame(cols), graph)
+        med, p10, p90 = time_band(pd.DataFrame(cols), graph)
         out[f"{side}_us"], out[f"{side}_p10"], out[f"{side}_p90"] = med, p10, p90
     ok = (out["status_a"] == "ok") & (out["status_b"] == "ok") & (out["a_us"] > 0) & (out["b_us"] > 0)
     out["ratio"] = (out["b_us"] / out["a_us"]).where(ok)

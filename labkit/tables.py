@@ -30,7 +30,7 @@ import pandas as pd
 
 from kernels.prepare import HELD_LAYOUTS
 
-from .results import BASELINES, band_verdict, read_runs
+from .results import BASELINES, band_verdict, read_runs, time_band
 
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
 
@@ -73,11 +73,7 @@ def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     df = df[[runnable(v, c) and layout in (None, config_layout(c)) for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
-    df["t"] = df["us_graph"].fillna(df["us_eager"])
-    for q in ("p10", "p90"):  # the p10-p90 band of t, for the noise rule (a point without one: its median)
-        cols = [c for c in (f"us_graph_{q}", f"us_eager_{q}") if c in df.columns]
-        band = df[cols[0]].where(df["us_graph"].notna(), df[cols[-1]]) if cols else df["t"]
-        df[f"t_{q}"] = band.fillna(df["t"])
+    df["t"], df["t_p10"], df["t_p90"] = time_band(df, df["us_graph"].notna())  # t and its band (the noise rule)
     if "shape" not in df.columns:
         df["shape"] = ""
     if "model" not in df.columns:
