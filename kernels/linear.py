@@ -18,7 +18,10 @@ Variants (registered in VARIANTS, kind "gemv" for small M, "gemm" for large M):
   dequant_gemm W decoded to a bf16 scratch buffer by one kernel, then cuBLAS: for prefill-sized M the
                decode is paid once per call instead of once per token tile.
   w4a8         activations quantized to MXFP8 (E4M3 + E8M0) by a small kernel, then tl.dot_scaled(e4m3, e2m1).
-               Trades accuracy (reported by the benchmarks) for 8-bit activation traffic.
+               Trades accuracy (reported by the benchmarks) for 8-bit activation traffic. On sm_90 Triton 3.6
+               upcasts both operands to bf16 for a bf16 wgmma (no fp8 tensor core; `labkit sass w4a8`).
+  w4a8_fp8     fp8 tensor cores on sm_90: activations to E4M3 with one scale per token, weights decoded to
+               E4M3 with one per row (kernels/linear_fp8.py); lossy in x like w4a8.
 
 Every launcher takes (x, prepared weight, bias, **config); no launcher syncs with the host, allocates
 data-dependent sizes or reads device values, so all of them run under CUDA-graph capture.
@@ -32,6 +35,7 @@ from ._triton import INTERPRETED, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, grouped_tile, round_to_e4m3, tc_dot
 from .formats import MXFP4Tensor
 from .linear_f16 import run_gemv_h2, run_gemv_h2g, run_tc16
+from .linear_fp8 import run_w4a8_fp8
 from .linear_mma import run_gemv_mma, wgmma_reason
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
@@ -478,8 +482,21 @@ register(Variant(
                 "TILED reads tile_mxfp4's copy",
 ))
 register(Variant(name="w4a8", kind="gemm", op="linear", fn=_run_w4a8, **_DOT_SCALED,
-                 description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1); lossy in x",
+                 description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1) (on sm_90 "
+                             "Triton upcasts both to bf16 for a bf16 wgmma); lossy in x",
                  extra={"lossy_activations": True}))
+register(Variant(
+    name="w4a8_fp8", kind="gemm", op="linear", fn=run_w4a8_fp8,
+    space={"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128, 256), "GROUP_M": (8,),
+           "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers,
+           rule_shared_memory),
+    description="fp8 tensor cores (sm_90 wgmma e4m3): activations to E4M3 with one power-of-two scale per token, "
+                "weights decoded to E4M3 with one per row (exact while a block's scale is within 14 binades of "
+                "its row's largest); lossy in x",
+    extra={"lossy_activations": True},
+))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def _parse_config(text: str | None) -> dict:
 
 def cmd_sass(args) -> int:
     """Compile a variant config (no GPU needed) and print registers, spills, shared memory, programs per SM
-    and what bounds them, loop mix."""
+    and what bounds them, loop mix, and the tensor-core instructions each kernel runs."""
     from .compile import static_report
 
     rows = static_report(args.variant, _parse_config(args.config), args.m, args.n, args.k, arch=args.arch,
@@ -78,6 +78,8 @@ def cmd_sass(args) -> int:
         print(f"{r['kernel']}: {r.get('regs', '?')} registers, {r.get('local', '?')} B local (spills), "
               f"{r['shared']} B shared, {r['num_warps']} warps{occ}; main loop {per} instructions per thread")
         print("  " + ", ".join(f"{k} {v}" for k, v in r["mix"].items()))
+        if r["tensor_core"]:
+            print("  tensor cores: " + ", ".join(f"{k} x{v}" for k, v in r["tensor_core"].items()))
         for h in r["wgmma_hazards"]:
             print(f"  WGMMA HAZARD: {h}")
     return 1 if hazard else 0

@@ -250,15 +250,26 @@ def programs_per_sm(regs: int, shared: int, num_warps: int, arch: int = 90) -> d
     return {"programs": n, "limited_by": [k for k, v in by.items() if v == n]}
 
 
+#: a tensor-core instruction: sm_90 wgmma (HGMMA fp16/bf16, QGMMA fp8, IGMMA int8) or mma.sync (HMMA, IMMA)
+_TENSOR_CORE = re.compile(r"\b([HQI]GMMA|HMMA|IMMA)\.[\w.]+")
+
+
+def tensor_core_ops(sass: str) -> dict[str, int]:
+    """Tensor-core instructions of a kernel by full name (shape and operand types, e.g.
+    QGMMA.64x128x32.F32.E4M3.E4M3): which MMA a compiled variant really runs (Triton's tl.dot_scaled on sm_90
+    upcasts e4m3 and e2m1 to bf16 for an HGMMA...BF16)."""
+    return dict(collections.Counter(m.group(0) for m in _TENSOR_CORE.finditer(sass)))
+
+
 def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     """Instruction count and opcode histogram of the K loop in SASS: the largest loop holding a tensor-core
-    instruction (HGMMA, HMMA), else the largest loop; spans holding an EXIT are not loops of the body. Why: an
+    instruction (HGMMA, QGMMA, HMMA), else the largest loop; spans holding an EXIT are not loops of the body. Why: an
     epilogue loop (moe_mma mlp1 zeroing its padding columns) can outgrow a short K loop, and ptxas places an
     mbarrier wait's retry after the epilogue, branching back into the K loop (gemv_mma TMA)."""
     instrs, labels = _instructions(sass)
     loops = [lp for lp in _loops(instrs, labels)
              if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])]
-    mma = [lp for lp in loops if any(re.search(r"\bHG?MMA", ins) for ins in instrs[lp[0]:lp[1] + 1])]
+    mma = [lp for lp in loops if any(_TENSOR_CORE.search(ins) for ins in instrs[lp[0]:lp[1] + 1])]
     start, end = max(mma or loops, key=lambda lp: lp[1] - lp[0], default=(0, -1))
     mix = collections.Counter(_unpredicated(ins).split()[0].split(".")[0] for ins in instrs[start:end + 1])
     return end + 1 - start, mix
@@ -292,7 +303,7 @@ def _unpredicated(ins: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", ins)
 
 
-_NO_DEST = ("ST", "STS", "STG", "STL", "RED", "ATOM", "HGMMA", "BRA", "BAR", "WARPGROUP", "DEPBAR", "LDGSTS",
+_NO_DEST = ("ST", "STS", "STG", "STL", "RED", "ATOM", "HGMMA", "QGMMA", "BRA", "BAR", "WARPGROUP", "DEPBAR", "LDGSTS",
             "LDGDEPBAR", "EXIT", "RET", "ISETP", "FSETP", "HSETP2", "PLOP3", "R2UR", "WARPSYNC", "NOP", "MEMBAR",
             "FENCE", "SYNCS", "CCTL", "ERRBAR", "BSSY", "BSYNC", "CALL", "UTMALDG", "UTMASTG")
 
@@ -320,12 +331,12 @@ def wgmma_hazards(sass: str) -> list[str]:
     loops = _loops(instrs, labels)
     found = []
     for idx, ins in enumerate(instrs):
-        if "HGMMA" not in ins or "gsb0" not in ins:
+        if not re.search(r"\b[HQ]GMMA", ins) or "gsb0" not in ins:
             continue
         a_regs, j = set(), idx
         while j >= 0 and "WARPGROUP.ARRIVE" not in instrs[j]:
             ops = instrs[j].split(None, 1)
-            if "HGMMA" in ops[0]:
+            if re.match(r"[HQ]GMMA", ops[0]):
                 m = re.fullmatch(r"R(\d+)", ops[1].split(",")[1].strip())
                 if m:
                     a_regs |= set(range(int(m.group(1)), int(m.group(1)) + 4))
@@ -342,7 +353,7 @@ def wgmma_hazards(sass: str) -> list[str]:
             t = _unpredicated(instrs[k])
             if t.startswith("WARPGROUP.DEPBAR.LE") and int(t.split(",")[-1], 16) <= pending:
                 break
-            if t.startswith("HGMMA") and "gsb0" in t:
+            if re.match(r"[HQ]GMMA", t) and "gsb0" in t:
                 pending += 1
             bad = _written(instrs[k]) & a_regs
             if bad:
@@ -375,5 +386,6 @@ def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int 
         occ = programs_per_sm(res["regs"], res["shared"], kern.metadata.num_warps, target) if "regs" in res else None
         rows.append({"kernel": name.split(".")[-1], **res, "loop_instructions": loop,
                      "num_warps": kern.metadata.num_warps, "per_sm": occ, "mix": dict(mix.most_common(12)),
+                     "tensor_core": tensor_core_ops(sass),
                      "wgmma_hazards": wgmma_hazards(sass)})
     return rows

@@ -97,6 +97,22 @@ def test_sass_compiles_for_hopper_without_a_gpu():
     assert len(h2g) == 2 and all("F2FP" in r["mix"] and r["local"] == 0 for r in h2g)
 
 
+def test_sass_names_the_tensor_core_instructions():
+    """w4a8_fp8 runs sm_90's fp8 wgmma (QGMMA ... E4M3) with its weights decoded in registers (A operand R<n>);
+    the text report lists each kernel's tensor-core instructions. (w4a8's tl.dot_scaled(e4m3, e2m1) compiles
+    to HGMMA ... BF16 on sm_90 with Triton 3.6 and 3.9: the report is how that was seen.)"""
+    out = subprocess.run([sys.executable, "-m", "labkit", "sass", "w4a8_fp8", "--m", "256", "--n", "256", "--k",
+                          "256", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    main = [r for r in json.loads(out.stdout) if r["kernel"] == "_w4a8_fp8_kernel"][0]
+    assert main["tensor_core"] and all(op.startswith("QGMMA") and op.endswith("E4M3.E4M3")
+                                       for op in main["tensor_core"]), main["tensor_core"]
+    assert main["local"] == 0 and main["wgmma_hazards"] == []
+    text = subprocess.run([sys.executable, "-m", "labkit", "sass", "w4a8_fp8", "--m", "256", "--n", "256", "--k",
+                           "256"], capture_output=True, text=True, timeout=300).stdout
+    assert "tensor cores: QGMMA" in text
+
+
 def test_programs_per_sm_names_what_bounds_them():
     """sm_90: 64K registers (8-register allocation steps), 228 KB of shared memory (+1 KB reserved per block),
     64 warps, 32 blocks per SM; the sm_90 builds of gemv_mma at 32 tokens, 3 slots: cp.async 141 registers ->

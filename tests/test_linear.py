@@ -535,3 +535,47 @@ def test_gemv_h2g_shuffled_nibbles(m, n, k, device):
     with pytest.raises(ValueError, match="tile the unshuffled weight"):
         K.tile_mxfp4(s)
 
+
+
+def test_quantize_fp8_rows_scales_and_orders_each_tile(device):
+    """One power-of-two scale per row with every |q| < 256 (E4M3's rounding: <= 2^-4 relative for normals), and
+    each tile of K stored as its even elements, then its odd ones (w4a8_fp8's weight order)."""
+    from kernels.linear_fp8 import quantize_fp8_rows
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(3, 200, generator=g) * torch.tensor([[1e-3], [1.0], [300.0]])).to(torch.bfloat16)
+    x[1, 7] = 0
+    q, s = quantize_fp8_rows(x.to(device), tile=64)
+    q, s = q.float().cpu(), s.cpu()
+    assert q.shape == (3, 256) and torch.all(q.abs() < 256)
+    assert torch.equal(torch.exp2(torch.log2(s).round()), s)  # powers of two
+    assert torch.all(q.abs().amax(1) >= 128)  # amax lands in [128, 256): the range is used
+    order = torch.cat([torch.arange(0, 64, 2), torch.arange(1, 64, 2)])
+    back = q.reshape(3, 4, 64)[:, :, order.argsort()].reshape(3, 256)
+    assert torch.all(back[:, 200:] == 0)
+    back = back[:, :200] * s[:, None]
+    xf = x.float()
+    normal = xf.abs() >= s[:, None] * 2 ** -6
+    assert torch.all(((back - xf).abs() <= xf.abs() * 2 ** -4)[normal])
+    assert torch.all((back - xf).abs()[~normal] <= (s[:, None] * 2 ** -10).expand_as(xf)[~normal])
+    with pytest.raises(ValueError, match="tile"):
+        quantize_fp8_rows(x.to(device), tile=48)
+
+
+@pytest.mark.parametrize("block_k", [64, 128, 256])
+def test_w4a8_fp8_decodes_weights_exactly(block_k, device):
+    """With activations E4M3 holds exactly (each row's values in {0, +-0.5, +-1, +-2}) the only errors left are
+    the bf16 output's rounding and fp32 sums (~2e-3), so a wrong weight code, scale or K order (>= 1e-1) fails.
+    The weight's rows span 14 binades of scale bytes (the exact limit); K = 288 ends in a partial tile."""
+    g = torch.Generator().manual_seed(block_k)
+    n, k = 40, 288
+    w = K.quantize_mxfp4(torch.randn(n, k, generator=g) * 0.05)
+    scales = w.scales.clone()
+    scales[:, ::2] = 120
+    scales[:, 1::2] = 120 - torch.randint(0, 15, scales[:, 1::2].shape, generator=g, dtype=torch.uint8)
+    w = K.MXFP4Tensor(w.blocks, scales, w.layout, w.shape).to(device)
+    x = (torch.randint(-2, 3, (5, k), generator=g).float() * 0.5).to(torch.bfloat16).to(device)
+    b = (torch.randn(n, generator=g) * 0.01).to(torch.bfloat16).to(device)
+    ref = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).to(device)
+    y = K.mxfp4_linear(x, w, b, variant="w4a8_fp8", BLOCK_M=64, BLOCK_N=64, BLOCK_K=block_k, num_warps=4)
+    assert rel_err(y, ref) < 5e-3
