@@ -30,7 +30,7 @@ import pandas as pd
 
 from kernels.prepare import HELD_LAYOUTS
 
-from .results import BASELINES, band_verdict, read_runs, time_band
+from .results import BASELINES, band_verdict, lossy, read_runs, time_band
 
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
 
@@ -64,13 +64,14 @@ def config_layout(config: str) -> str:
 def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
-    that read that weight layout)."""
+    that read that weight layout) of variants at bf16 accuracy (auto never picks a lossy one: results.lossy)."""
     if layout is not None and layout not in HELD_LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[runnable(v, c) and layout in (None, config_layout(c)) for v, c in zip(df["variant"], df["config"])]]
+    df = df[[runnable(v, c) and not lossy(v) and layout in (None, config_layout(c))
+             for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
     df["t"], df["t_p10"], df["t_p90"] = time_band(df, df["us_graph"].notna())  # t and its band (the noise rule)

@@ -46,6 +46,20 @@ def test_configs_this_checkout_cannot_run_are_left_out(tmp_path):
     assert row["us"] == 100.0 and "PERSIST" not in row["config"]
 
 
+def test_variants_that_quantize_activations_are_left_out(tmp_path):
+    """A faster W4A8 point (activations to 8 bits, ~3% error) meets no target and enters no auto table: the
+    lab's kernels are judged at bf16 accuracy."""
+    from labkit.tables import derive_tables
+
+    fast = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128}
+    a = _run(tmp_path, "a", [_lm_head(1, 90.0, variant="w4a8_fp8", config=fast),
+                              _lm_head(1, 100.0, variant="gemv_h2g", config={})], read_gbps=3000.0)
+    row = judge([a], targets=[LM_HEAD]).set_index("m").loc[1]
+    assert row["variant"] == "gemv_h2g" and row["us"] == 100.0
+    rows = derive_tables(a)["default"]
+    assert [r[1] for r in rows] == ["gemv_h2g"]  # (max_m, variant, config)
+
+
 def test_unmeasured_points_are_listed_and_misses_counted(tmp_path):
     a = _run(tmp_path, "a", [_lm_head(1, 100.0), _lm_head(1, 200.0, variant="gemv"),
                               _lm_head(2, 125.0), _lm_head(4, 90.0, status="incorrect")], read_gbps=3000.0)
