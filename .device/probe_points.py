@@ -4,8 +4,8 @@ path)."""
 
 import kernels as K
 from labkit import routing as routing_gen
-from labkit.bench import TOL, LinearBench, LinearCase, check_linear
-from labkit.bench_moe import TOL_MOE, MoEBench, MoECase, check_moe, point_seed
+from labkit.bench import LinearBench, LinearCase, check_linear, tolerance
+from labkit.bench_moe import MoEBench, MoECase, check_moe, point_seed
 
 LM_HEAD = (201088, 2880)
 _MMA = dict(BLOCK_M=8, CHUNKS=1, EARLY=True, NIB=True, RING_W=True, ROWS=2, STAGES=3, TILED=True, TMA=2, WGMMA=True,
@@ -34,7 +34,7 @@ def moe_case(bench: MoEBench, tokens: int, variant: str, cfg: dict):
 def check_moe_point(bench: MoEBench, case: MoECase, sample) -> float:
     """check_moe's relative error; RuntimeError if the point is wrong (a probe times only correct configs)."""
     err = check_moe(case, bench, sample, seed=0)
-    if not err <= TOL_MOE:
+    if not err <= tolerance(case.variant, "moe"):
         raise RuntimeError(f"{case.model} {case.tokens} tokens {case.variant} {case.config}: relative error "
                            f"{err:.3g} against reference_moe")
     return err
@@ -51,7 +51,7 @@ def checked_lm_head_calls(bench: LinearBench, m: int, variant: str, cfg: dict) -
     """(relative error, the sweep's calls) of an lm_head point, checked against reference_linear first."""
     case = LinearCase("lm_head", m, *LM_HEAD, variant, cfg)
     err = check_linear(case, seed=0)
-    if not err <= TOL:
+    if not err <= tolerance(variant):
         raise RuntimeError(f"lm_head {m} tokens {variant} {cfg}: relative error {err:.3g}")
     return err, bench.calls(case)
 

@@ -109,6 +109,16 @@ def decode_e4m3(wb, s, R):
 
 
 @triton.jit
+def fp8_dot(w, x, acc):
+    """acc + w @ x for E4M3 operands: fp8 wgmma compiled; in the interpreter through fp16 (which holds every
+    E4M3 value; its fp8 -> fp64 conversion fails on subnormals) and tc_dot."""
+    if INTERP:
+        return tc_dot(w.to(tl.float16), x.to(tl.float16), acc)
+    else:
+        return tl.dot(w, x, acc)
+
+
+@triton.jit
 def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """acc[n, m] = sum_k W8[n, k] x8[m, k] on fp8 tensor cores; y[m, n] = acc * 2^(R[n] - 133) * xs[m] (+ bias).
@@ -137,11 +147,7 @@ def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
         kb = t * G + rb
         s = tl.load(s_ptr + rnc[:, None] * KB + kb[None, :], mask=(kb < KB)[None, :], other=0)
         x = tl.load(x_ptr + rmc[None, :] * KP + (t * BLOCK_K + rk)[:, None])  # [BK, BM], K-major; KP pads K
-        w = decode_e4m3(wb, s, R)
-        if INTERP:  # the interpreter's fp8 -> fp64 conversion fails on subnormals; fp16 holds every E4M3 value
-            acc = tc_dot(w.to(tl.float16), x.to(tl.float16), acc)
-        else:
-            acc = tl.dot(w, x, acc)
+        acc = fp8_dot(decode_e4m3(wb, s, R), x, acc)
     wsc = ((tl.maximum(R - 6, 1)).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(R - 133)
     out = acc * wsc[:, None] * tl.load(xs_ptr + rmc)[None, :]
     if HAS_BIAS:

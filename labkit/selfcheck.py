@@ -10,7 +10,7 @@ from kernels.linear import linear_problem
 from kernels.prepare import prepare_mxfp4
 from kernels.reference import reference_linear
 
-from .bench import TOL, TOL_LOSSY, _rel_err, device, random_mxfp4
+from .bench import _rel_err, device, random_mxfp4, tolerance
 
 #: N and K chosen to be multiples of no tile; M odd.
 SHAPES = ((3, 200, 160), (1, 72, 96), (17, 40, 288))
@@ -36,7 +36,7 @@ def selfcheck_linear(configs_per_variant: int = 2, seed: int = 0) -> list[dict]:
             for cfg in cfgs:
                 if v.reason(cfg, linear_problem(m, p)):
                     continue
-                tol = TOL_LOSSY if v.extra.get("lossy_activations") else TOL
+                tol = tolerance(name)
                 try:
                     err = _rel_err(mxfp4_linear(x, w, b, variant=name, **cfg), ref)
                     rows.append({"variant": name, "m": m, "n": n, "k": k, "config": cfg, "err": err, "ok": err <= tol})
@@ -54,7 +54,7 @@ def selfcheck_moe(seed: int = 0) -> list[dict]:
     from kernels.reference import reference_moe
 
     from . import routing as rgen
-    from .bench_moe import TOL_MOE, _layer
+    from .bench_moe import _layer
 
     dev = device()
     E, H, I, k = 8, 64, 96, 2
@@ -72,7 +72,7 @@ def selfcheck_moe(seed: int = 0) -> list[dict]:
                 try:
                     err = _rel_err(moe_mxfp4(x, r, w1, b1, w2, b2, variant=name), ref)
                     rows.append({"variant": name, "m": T, "n": 2 * I, "k": H, "config": rt, "err": err,
-                                 "ok": err <= TOL_MOE})
+                                 "ok": err <= tolerance(name, "moe")})
                 except Exception as e:
                     rows.append({"variant": name, "m": T, "n": 2 * I, "k": H, "config": rt, "err": None, "ok": False,
                                  "error": f"{type(e).__name__}: {e}"[:300]})
