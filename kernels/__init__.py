@@ -75,7 +75,7 @@ from .dequant import mxfp4_to_dense  # noqa: E402
 
 __all__ += ["mxfp4_to_dense"]
 
-from . import moe_fp8, moe_fused, moe_mma, moe_split  # noqa: E402,F401  (register these MoE variants)
+from . import moe_fused, moe_mma, moe_split  # noqa: E402,F401  (register these MoE variants)
 from .moe import MoESlots, moe_mxfp4  # noqa: E402
 from .routing import Routing, route  # noqa: E402
 

@@ -16,7 +16,6 @@ from labkit import routing as rgen
 
 MOE = {n: v for n, v in K.VARIANTS.items() if v.op == "moe"}
 TOL = 2e-2
-TOL_LOSSY = 8e-2  # moe_w4a8: x and the SwiGLU output rounded to E4M3 (3 mantissa bits), ~3-4%
 E, H, I, TOPK = 8, 64, 96, 2
 
 
@@ -69,7 +68,7 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
     for cfg in [MOE[name].defaults, *mid, *extra]:
         y = K.moe_mxfp4(x.to(device), r, *dw, variant=name, **cfg)
         assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
-        assert rel_err(y, ref) < (TOL_LOSSY if MOE[name].extra.get("lossy_activations") else TOL), (routing, cfg)
+        assert rel_err(y, ref) < TOL, (routing, cfg)
 
 
 def test_route_matches_torch_reference(device):
@@ -950,38 +949,3 @@ def test_moe_split_many_calls_in_a_row_on_the_gpu():
         assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max(), cfg
     torch.cuda.synchronize()
     assert all(not b.any() for b in sync.SCRATCH.values() if b.dtype == torch.float32)
-
-
-def _e4m3(v: torch.Tensor) -> torch.Tensor:
-    return v.to(torch.float8_e4m3fn).float()
-
-
-@pytest.mark.parametrize("block_k", [64, 128])
-def test_moe_w4a8_is_its_numerics_exactly(block_k, layer, device):
-    """moe_w4a8 against the fp32 layer with its two roundings made explicit (x to E4M3 with one power-of-two
-    scale per token, the SwiGLU output times act8_scale to E4M3): what is left is bf16 rounding of the slot rows
-    and output and fp32 sum order (the odd activation lands on the other side of an E4M3 rounding), ~2e-3,
-    where a wrong weight code, scale, K order or row gives >= 1e-1."""
-    from kernels.moe_fp8 import act8_scale
-
-    w1, b1, w2, b2 = layer
-    tokens = 17
-    sample = rgen.generate("uniform", tokens, E, TOPK, seed=5)
-    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    xf = x.float()
-    xs = torch.exp2(torch.floor(torch.log2(xf.abs().amax(1, keepdim=True))) - 7)
-    x8 = _e4m3(xf / xs) * xs
-    d1, d2 = K.dequantize_mxfp4(w1), K.dequantize_mxfp4(w2)
-    s = act8_scale(7.0)
-    ref = torch.zeros(tokens, H)
-    for t in range(tokens):
-        for e, g in zip(sample.ids[t].tolist(), sample.weights[t].tolist()):
-            h = d1[e] @ x8[t] + b1[e]
-            gate, lin = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
-            a = _e4m3(gate * torch.sigmoid(1.702 * gate) * (lin + 1) * s) / s
-            ref[t] += g * (d2[e] @ a + b2[e])
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
-    y = K.moe_mxfp4(x.to(device), r, *[w.to(device) for w in layer], variant="moe_w4a8", BLOCK_M=16, BLOCK_N=64,
-                    BLOCK_K=block_k, num_warps=4)
-    assert rel_err(y, ref) < 1e-2
-    assert rel_err(y, K.reference_moe(xf, (sample.ids, sample.weights), w1, b1, w2, b2)) > 5e-3  # it is lossy
