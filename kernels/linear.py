@@ -488,9 +488,8 @@ register(Variant(name="w4a8", kind="gemm", op="linear", fn=_run_w4a8, **_DOT_SCA
 register(Variant(
     name="w4a8_fp8", kind="gemm", op="linear", fn=run_w4a8_fp8,
     space={"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128, 256), "GROUP_M": (8,),
-           "num_warps": (4, 8), "num_stages": (2, 3, 4), "SWAP": (False, True)},
-    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-              "SWAP": False},
+           "num_warps": (4, 8), "num_stages": (2, 3, 4)},
+    defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers,
            rule_shared_memory),
     description="fp8 tensor cores (sm_90 wgmma e4m3): activations to E4M3 with one power-of-two scale per token, "

@@ -120,8 +120,7 @@ def fp8_dot(w, x, acc):
 
 @triton.jit
 def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, HAS_BIAS: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     SWAP: tl.constexpr = False):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """acc[n, m] = sum_k W8[n, k] x8[m, k] on fp8 tensor cores; y[m, n] = acc * 2^(R[n] - 133) * xs[m] (+ bias).
     Rows past N and tokens past M are clamped (computed, never stored); K past the weight reads zero codes."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -141,23 +140,14 @@ def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
         kb = t * G + rb
         s = tl.load(s_ptr + rnc[:, None] * KB + kb[None, :], mask=(kb < KB)[None, :], other=0)
         R = tl.maximum(R, tl.max(s.to(tl.int32), axis=1))
-    if SWAP:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
     for t in range(0, tiles):
         k2 = t * (BLOCK_K // 2) + rk2
         wb = tl.load(w_ptr + rnc[:, None] * K2 + k2[None, :], mask=(k2 < K2)[None, :], other=0)
         kb = t * G + rb
         s = tl.load(s_ptr + rnc[:, None] * KB + kb[None, :], mask=(kb < KB)[None, :], other=0)
-        if SWAP:  # tokens on the MMA's M side, W^T its B operand (through shared memory)
-            x = tl.load(x_ptr + rmc[:, None] * KP + (t * BLOCK_K + rk)[None, :])
-            acc = fp8_dot(x, tl.trans(decode_e4m3(wb, s, R)), acc)
-        else:
-            x = tl.load(x_ptr + rmc[None, :] * KP + (t * BLOCK_K + rk)[:, None])  # [BK, BM], K-major; KP pads K
-            acc = fp8_dot(decode_e4m3(wb, s, R), x, acc)
-    if SWAP:
-        acc = tl.trans(acc)
+        x = tl.load(x_ptr + rmc[None, :] * KP + (t * BLOCK_K + rk)[:, None])  # [BK, BM], K-major; KP pads K
+        acc = fp8_dot(decode_e4m3(wb, s, R), x, acc)
     wsc = ((tl.maximum(R - 6, 1)).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(R - 133)
     out = acc * wsc[:, None] * tl.load(xs_ptr + rmc)[None, :]
     if HAS_BIAS:
@@ -166,11 +156,9 @@ def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
              mask=(rm < M)[None, :] & (rn < N)[:, None])
 
 
-def run_w4a8_fp8(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=8, num_warps=8, num_stages=3, SWAP=False):
+def run_w4a8_fp8(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=8, num_warps=8, num_stages=3):
     """Launcher: x bf16 [M, K] to E4M3 rows (quantize_fp8_rows, padded to whole K tiles), then one program per
-    BLOCK_N weight rows and BLOCK_M tokens (GROUP_M token tiles share a band of weight tiles through L2). SWAP:
-    tokens on the wgmma's M side, the decoded weight tile its B operand through shared memory (both operands by
-    descriptor: a K tile's wgmmas issue back to back before one wait, where A in registers waits for each)."""
+    BLOCK_N weight rows and BLOCK_M tokens (GROUP_M token tiles share a band of weight tiles through L2)."""
     M, K = x.shape
     N = p.N
     xq, xs = quantize_fp8_rows(x, tile=BLOCK_K)
@@ -178,5 +166,5 @@ def run_w4a8_fp8(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=8, num_warps=
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _w4a8_fp8_kernel[grid](xq, xs, p.blocks, p.scales, bias if bias is not None else y, y, M, N, K, xq.shape[1],
                            y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                           GROUP_M=GROUP_M, SWAP=SWAP, num_warps=num_warps, num_stages=num_stages)
+                           GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
     return y
