@@ -9,8 +9,8 @@ one power-of-two scale per row, applied once in the epilogue:
 
 - activations: E4M3 with one scale per token, 2^(floor(log2 amax) - 7), so |x| / scale < 256 (quantize_fp8_rows;
   its error is the W4A8 cost this variant reports, like w4a8's MXFP8 but with one scale per 2880 values);
-- weights: decoded in registers to E4M3 as E2M1 * 2^(s - R + 6), R the row's largest scale byte (found by a
-  first pass over the row's scale bytes in each program, no prepared state): at most 6 * 2^6 = 384, and exact
+- weights: decoded in registers to E4M3 as E2M1 * 2^(s - R + 6), R the row's largest scale byte (prepare's
+  row_scale_max, made once and cached on the weight): at most 6 * 2^6 = 384, and exact
   while s >= R - 14 (a block more than 14 binades below its row's largest rounds to E4M3's subnormals, a
   contribution below 2^-14 of that block's).
 
@@ -26,6 +26,7 @@ import torch
 
 from ._triton import INTERP, tl, triton
 from .decode import grouped_tile, round_to_e4m3, tc_dot
+from .prepare import row_scale_max
 
 
 @triton.jit
@@ -119,7 +120,7 @@ def fp8_dot(w, x, acc):
 
 
 @triton.jit
-def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, HAS_BIAS: tl.constexpr,
+def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, r_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, HAS_BIAS: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """acc[n, m] = sum_k W8[n, k] x8[m, k] on fp8 tensor cores; y[m, n] = acc * 2^(R[n] - 133) * xs[m] (+ bias).
     Rows past N and tokens past M are clamped (computed, never stored); K past the weight reads zero codes."""
@@ -135,11 +136,7 @@ def _w4a8_fp8_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
     rk2 = tl.arange(0, BLOCK_K // 2)
     rk = tl.arange(0, BLOCK_K)
     tiles = tl.cdiv(K, BLOCK_K)
-    R = tl.zeros((BLOCK_N,), tl.int32)  # each row's largest scale byte (90 bytes a row at K = 2880)
-    for t in range(0, tiles):
-        kb = t * G + rb
-        s = tl.load(s_ptr + rnc[:, None] * KB + kb[None, :], mask=(kb < KB)[None, :], other=0)
-        R = tl.maximum(R, tl.max(s.to(tl.int32), axis=1))
+    R = tl.load(r_ptr + rnc)  # each row's largest scale byte
     acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
     for t in range(0, tiles):
         k2 = t * (BLOCK_K // 2) + rk2
@@ -164,7 +161,7 @@ def run_w4a8_fp8(x, p, bias, *, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=8, num_warps=
     xq, xs = quantize_fp8_rows(x, tile=BLOCK_K)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
-    _w4a8_fp8_kernel[grid](xq, xs, p.blocks, p.scales, bias if bias is not None else y, y, M, N, K, xq.shape[1],
-                           y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                           GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
+    _w4a8_fp8_kernel[grid](xq, xs, p.blocks, p.scales, row_scale_max(p), bias if bias is not None else y, y, M, N, K,
+                           xq.shape[1], y.stride(0), HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                           BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages)
     return y

@@ -562,6 +562,18 @@ def test_quantize_fp8_rows_scales_and_orders_each_tile(device):
         quantize_fp8_rows(x.to(device), tile=48)
 
 
+def test_row_scale_max_is_made_once_per_weight(device):
+    from kernels.prepare import row_scale_max
+
+    w = K.quantize_mxfp4(torch.randn(3, 40, 96) * torch.logspace(-3, 2, 96)).to(device)
+    p = K.prepare_mxfp4(w)
+    r = row_scale_max(p)
+    assert r.dtype == torch.int32 and torch.equal(r.cpu(), w.scales.cpu().amax(-1).to(torch.int32))
+    assert row_scale_max(p) is r and row_scale_max(w) is r
+    with pytest.raises(ValueError, match="row-major"):
+        row_scale_max(K.tile_mxfp4(p))
+
+
 @pytest.mark.parametrize("block_k", [64, 128, 256])
 def test_w4a8_fp8_decodes_weights_exactly(block_k, device):
     """With activations E4M3 holds exactly (each row's values in {0, +-0.5, +-1, +-2}) the only errors left are
