@@ -9,14 +9,12 @@ call as: python3 .device/launch_parts.py [OUT_DIR]   (writes launch_parts.csv an
 
 import contextlib
 
-import pandas as pd
-from probe_points import leader_calls
+from probe_points import leader_calls, timed_arms
 
 import kernels.linear_f16 as linear_f16
 import kernels.linear_mma as linear_mma
 import kernels.moe as moe
 import kernels.moe_mma as moe_mma
-from labkit.bench import time_calls
 from labkit.runs import probe_run
 
 _MODULES = (linear_f16, linear_mma, moe, moe_mma)
@@ -61,25 +59,23 @@ CUTS = {"full": (), "no x_to_f16": (cached_x_to_f16,), "no combine": (no_combine
         "neither": (cached_x_to_f16, no_combine)}
 
 
+@contextlib.contextmanager
+def cut_down(managers, name, calls):
+    """The calls, timed with `managers` entered (None for a cut that takes out the combine of a non-MoE point)."""
+    if any(m is no_combine for m in managers) and not name.startswith("moe"):
+        yield None
+        return
+    with contextlib.ExitStack() as stack:
+        for m in managers:
+            stack.enter_context(m())
+        yield calls
+
+
 def main():
     run = probe_run("launch-parts")
     points = leader_calls(moe_tokens=(1, 8, 16), lm_head_tokens=(1, 2, 8))
-    rows = []
-    for rnd in range(2):
-        for name, err, calls in points:
-            for cut, managers in CUTS.items():
-                if "combine" in cut and not name.startswith("moe"):
-                    continue
-                with contextlib.ExitStack() as stack:
-                    for m in managers:
-                        stack.enter_context(m())
-                    r = time_calls(calls, reps=40)
-                rows.append({"point": name, "max_rel_err": err, "round": rnd, "cut": cut, **r})
-                print(f"{name:28s} round {rnd} {cut:12s}: {r['us_graph']:8.2f} us "
-                      f"({r['us_graph_p10']:.2f}-{r['us_graph_p90']:.2f})", flush=True)
-    d = pd.DataFrame(rows)
-    with pd.option_context("display.width", 200):
-        print(d.pivot_table(index="point", columns=["cut", "round"], values="us_graph").round(2).to_string())
+    d = timed_arms(points, {cut: lambda name, calls, m=managers: cut_down(m, name, calls)
+                            for cut, managers in CUTS.items()}, "cut", reps=40)
     if run:
         run.finish_with("launch_parts.csv: per leader point, round and cut (full call; x_to_f16 made once before "
                         "capture; combine not launched; neither) the sweep's time_calls result (us per call)",

@@ -1,10 +1,12 @@
-"""Points the device probes time, each checked against its reference first (as the sweeps check every point), and
-the leaders several probes share. Imported by the probes in this folder (`python3 .device/<probe>.py` puts it on the
-path)."""
+"""Points the device probes time, each checked against its reference first (as the sweeps check every point), the
+leaders several probes share, and the loop that times them under a probe's arms (timed_arms). Imported by the
+probes in this folder (`python3 .device/<probe>.py` puts it on the path)."""
+
+import pandas as pd
 
 import kernels as K
 from labkit import routing as routing_gen
-from labkit.bench import LinearBench, LinearCase, check_linear, tolerance
+from labkit.bench import LinearBench, LinearCase, check_linear, time_calls, tolerance
 from labkit.bench_moe import MoEBench, MoECase, check_moe, point_seed
 
 LM_HEAD = (201088, 2880)
@@ -68,3 +70,25 @@ def leader_calls(moe_tokens=(1, 8, 16), lm_head_tokens=(1, 2, 8)) -> list[tuple[
         variant, cfg = MOE_120B_LEADERS[t]
         points.append((f"moe 120b T={t} {variant}", *checked_moe_calls(mb, t, variant, cfg)))
     return points
+
+
+def timed_arms(points, arms: dict, column: str, *, rounds: int = 2, reps: int = 25) -> pd.DataFrame:
+    """Each point's calls timed as the sweeps time them (time_calls) under every arm, the arms taking turns for
+    `rounds` rounds: rows of (point, max_rel_err, round, `column` = the arm's label, time_calls' columns), a line
+    printed per timing and the pivot of us_graph printed last. arms: label -> function(point name, calls) giving
+    a context manager that yields the calls to time under that arm (None: the arm does not apply there)."""
+    rows = []
+    for rnd in range(rounds):
+        for name, err, calls in points:
+            for label, arm in arms.items():
+                with arm(name, calls) as timed:
+                    if timed is None:
+                        continue
+                    r = time_calls(timed, reps=reps)
+                rows.append({"point": name, "max_rel_err": err, "round": rnd, column: label, **r})
+                print(f"{name:32s} round {rnd} {column} {label!s:>12}: {r['us_graph']:8.2f} us "
+                      f"({r['us_graph_p10']:.2f}-{r['us_graph_p90']:.2f}) {r['sm_mhz']} MHz", flush=True)
+    d = pd.DataFrame(rows)
+    with pd.option_context("display.width", 200):
+        print(d.pivot_table(index="point", columns=[column, "round"], values="us_graph").round(2).to_string())
+    return d
