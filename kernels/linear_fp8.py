@@ -18,7 +18,7 @@ The decode: each code c becomes the E4M3 bits of E2M1 * 2^-6 ((c & 7) << 2 | (c 
 hold the E2M1 subnormal 0.5), which converts exactly to fp16, is multiplied by the fp16 2^(s - R + 12) and
 converted back to E4M3 (exact while in range). Weight rows are the MMA's M side (the orientation linear.mma
 uses, A in registers), tokens its N side; fp32 accumulation. Measured on the H100: 0.85-0.93x cuBLAS bf16 on the
-lm_head at 512-8192 tokens at 2.7% error, 6-8x faster than w4a8 (results/20261127T162022-h100-80gb-hbm3-linear-
+lm_head at 512-8192 tokens at 2.7% error, 5-6x faster than w4a8 (results/20261127T162022-h100-80gb-hbm3-linear-
 w4a8-fp8-tiles, ...154536-...-linear-w4a8-fp8); the weights as B through shared memory (one wait per K tile
 instead of one per wgmma) ran 10-15% slower (...160849-...-linear-w4a8-fp8-swap).
 """
