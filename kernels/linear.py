@@ -39,7 +39,6 @@ from .linear_fp8 import run_w4a8_fp8
 from .linear_mma import run_gemv_mma, wgmma_reason
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
-    SHARED_MEMORY_BYTES,
     Variant,
     get_variant,
     register,
@@ -54,6 +53,7 @@ from .variants import (
     rule_scale_window,
     rule_shared_memory,
     rule_tiled_k,
+    shared_memory_rule,
 )
 
 # ------------------------------------------------------------------------------------------------------------
@@ -486,22 +486,13 @@ register(Variant(name="w4a8", kind="gemm", op="linear", fn=_run_w4a8, **_DOT_SCA
                  description="activations quantized to MXFP8 on the fly, then tl.dot_scaled(e4m3, e2m1) (on sm_90 "
                              "Triton upcasts both to bf16 for a bf16 wgmma); lossy in x",
                  extra={"lossy_activations": True}))
-def _rule_fp8_shared(cfg, problem):
-    """w4a8_fp8's pipeline keeps num_stages copies of the x tile (1 byte per value) and the W tile (packed codes
-    and scale bytes) in shared memory."""
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    need = cfg["num_stages"] * (bm * bk + bn * bk // 2 + bn * bk // 32)
-    if need > SHARED_MEMORY_BYTES:
-        return f"pipelined tiles need ~{need // 1024} KB of shared memory (num_stages * tiles > 227 KB)"
-    return None
-
-
 register(Variant(
     name="w4a8_fp8", kind="gemm", op="linear", fn=run_w4a8_fp8,
     space={"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128, 256), "GROUP_M": (8,),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_fp8_shared),
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers,
+           shared_memory_rule(1)),
     description="fp8 tensor cores (sm_90 wgmma e4m3): activations to E4M3 with one power-of-two scale per token, "
                 "weights decoded to E4M3 with one per row (exact while a block's scale is within 14 binades of "
                 "its row's largest); lossy in x",

@@ -192,14 +192,22 @@ def rule_tiled_k(cfg, problem):
 SHARED_MEMORY_BYTES = 232448
 
 
-def rule_shared_memory(cfg, problem):
+def shared_memory_rule(x_bytes: int = 2):
     """Pipelined variants (tensor-core ones, the h2g kernels with num_stages > 1) keep num_stages copies of the
-    x tile (16-bit) and the W tile (packed codes and scale bytes) in shared memory."""
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    need = cfg.get("num_stages", 1) * (bm * bk * 2 + bn * bk // 2 + bn * bk // 32)
-    if need > SHARED_MEMORY_BYTES:
-        return f"pipelined tiles need ~{need // 1024} KB of shared memory (num_stages * tiles > 227 KB)"
-    return None
+    x tile (x_bytes per value: 2 for 16-bit, 1 for w4a8_fp8's E4M3) and the W tile (packed codes and scale
+    bytes) in shared memory."""
+
+    def rule(cfg, problem):
+        bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+        need = cfg.get("num_stages", 1) * (bm * bk * x_bytes + bn * bk // 2 + bn * bk // 32)
+        if need > SHARED_MEMORY_BYTES:
+            return f"pipelined tiles need ~{need // 1024} KB of shared memory (num_stages * tiles > 227 KB)"
+        return None
+
+    return rule
+
+
+rule_shared_memory = shared_memory_rule(2)
 
 
 def rule_h2g_pipeline(cfg, problem):
