@@ -41,7 +41,7 @@ import torch
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
-from .prepare import shuffle_nibbles, tile_mxfp4
+from .prepare import shuffle_nibbles, tail_pairs, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -414,6 +414,39 @@ if gluon is not None:
                                         pred=c < steps)
 
     @gluon.jit
+    def _g_tail_issue(tw, ts, tx, bar, tdesc, tsdesc, xdesc, g0, m0, k0, WEIGHTS: gl.constexpr, X: gl.constexpr):
+        """TAIL: the program's K tail into its own buffers on its own mbarrier: the NG/2 pair blocks of
+        prepare.tail_pairs landed twice, over the first and the second half of the program's groups (WEIGHTS;
+        the bytes of a whole step, the second copy from L2), and x's last chunk from column k0 (X)."""
+        if WEIGHTS:
+            T: gl.constexpr = tw.shape[0] // 2
+            mbarrier.expect(bar, tw.shape[0] * (1024 + 64) + tx.shape[0] * tx.shape[1] * 2)
+            for h in gl.static_range(2):
+                tma.async_copy_global_to_shared(tdesc, [g0 // 2, 0, 0], bar, tw.slice(h * T, T))
+                tma.async_copy_global_to_shared(tsdesc, [0, g0 // 2, 0], bar, ts.slice(h * T, T, dim=1))
+        if X:
+            tma.async_copy_global_to_shared(xdesc, [m0, k0], bar, tx)
+
+    @gluon.jit
+    def _g_tail_step(acc, tw, ts, tx, bar, SMAX, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                     NIB: gl.constexpr):
+        """TAIL's last K step, from _g_tail_issue's buffers: a row of the first half of the program's groups keeps
+        its lanes t < 2 (K blocks 0-1 of the chunk: its own half), a row of the second half its lanes t >= 2 (its
+        half, met by x_to_f16's dup_tail copy of x's tail); the other lanes' words (the paired group's) are
+        zeroed, so they add nothing."""
+        BLOCK_N: gl.constexpr = acc.shape[0]
+        mbarrier.wait(bar, 0)
+        v = tw._reinterpret(gl.int32, [BLOCK_N, 1, 4, 4], SW).load(LW)
+        s = ts._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
+            (1, 0, 2)).load(gl.SliceLayout(3, LW))
+        r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, LW))))
+        keep = (r < BLOCK_N // 2)[:, None, None, None] == (t < 2)[None, None, :, None]
+        w = _g_decode_step(gl.where(keep, v, 0), s, SMAX, NIB)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), tx.permute((1, 0)), acc, is_async=True)
+        return warpgroup_mma_wait(0, deps=[acc])
+
+    @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
                      STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
@@ -428,7 +461,8 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
+                       NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
+                       tsdesc=None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -443,10 +477,21 @@ if gluon is not None:
         (...20261127T034718-...-moe-mma-tma2-wide: 20b 4096 tokens 1939.1 -> 1672.0 us). EARLY: the
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
-        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma)."""
+        160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma).
+        tdesc, tsdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks; the half chunk of
+        the K tail lands in buffers of its own, issued after the ring's first steps (_g_tail_issue), and is the
+        last step (_g_tail_step). The loop is the same code as without TAIL (358 sm_90 instructions at 2 tokens,
+        where issuing the tail's boxes from inside it took 445)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
+        if tdesc is not None:
+            steps = KW // STEP
+            tw = gl.allocate_shared_memory(gl.int32, [BLOCK_N // 16, 1, 256], wdesc.layout)
+            ts = gl.allocate_shared_memory(gl.uint8, [1, BLOCK_N // 16, 64], sdesc.layout)
+            tx = gl.allocate_shared_memory(gl.float16, [xsm.shape[1], 128], xdesc.layout)
+            tbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(tbar.index(0), count=1)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -458,16 +503,22 @@ if gluon is not None:
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1)
+            if tdesc is not None:
+                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, False)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
                     _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
+            if tdesc is not None:
+                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), False, True)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
                              XT, g1, xok)
+            if tdesc is not None:
+                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, True)
         for c in range(0, steps):
             slot = c % STAGES
             if not XT:
@@ -487,6 +538,9 @@ if gluon is not None:
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
+        if tdesc is not None:
+            acc = _g_tail_step(acc, tw, ts, tx, tbar.index(0), SMAX, LW, A_L, SW, NIB)
+            mbarrier.invalidate(tbar.index(0))
         if not XT:
             async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
@@ -513,7 +567,7 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -523,7 +577,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -543,7 +597,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr):
+                   EARLY: gl.constexpr, tdesc=None, tsdesc=None):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -556,7 +610,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -610,9 +664,13 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
+    if cfg.get("TAIL") and (cfg.get("TMA") != 2 or c != 1):
+        return "TAIL lands the K tail's half chunk and x's by TMA, beside a ring of one-chunk steps (TMA=2, CHUNKS=1)"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
+    if cfg.get("TAIL"):  # the tail's own buffers: one step's words, scale bytes and x rows
+        need += rows * cfg["num_warps"] * 1088 + cfg["BLOCK_M"] * 256
     if need > SHARED_BYTES:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
@@ -689,8 +747,24 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
     return cache[NG, CHUNKS]
 
 
+def tail_descriptors(p, NG: int):
+    """(words, scales) TMA descriptors of tail_pairs(p, NG) for gemv_mma's TAIL: boxes of the NG/2 pair blocks of
+    a program ([NG/2, 1, 256] words, [1, NG/2, 64] scale bytes), each landing like half of a tma_descriptors box.
+    Made once per NG and cached on p."""
+    cache = p.__dict__.setdefault("_tma_tail", {})
+    if NG not in cache:
+        words, scales = tail_pairs(p, NG)
+        P, H = words.shape[0], NG // 2
+        cache[NG] = (
+            TensorDescriptor(words, [P, 1, 256], [256, 256, 1], [H, 1, 256],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
+            TensorDescriptor(scales, [1, P, 64], [P * 64, 64, 1], [1, H, 64],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
+    return cache[NG]
+
+
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -702,14 +776,18 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs."""
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (with TMA=2,
+    CHUNKS=1; a no-op unless K % 128 == 64): the last step reads only the real half of the last chunk, from
+    tail_pairs' copy (2.2% fewer weight bytes at K = 2880); x_to_f16's dup_tail meets the paired groups' halves,
+    so without a GPU (the interpreter twin reads the zero-padded chunk) the result is the same."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
     if NIB:
         p = shuffle_nibbles(p)
-    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA)
+    tail = bool(TAIL and TMA == 2 and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2
+    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, dup_tail=tail)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
@@ -722,12 +800,14 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
+        tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, num_warps=num_warps, **reg_cap(MAXNREG), **pdl_launch(inner=True))
+                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, num_warps=num_warps, **reg_cap(MAXNREG),
+                               **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         _mma_kernel[grid](*args, **meta, PREFETCH=PREFETCH, LW=LW, LX=LX, MMA=MMA, num_warps=num_warps,

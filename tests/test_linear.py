@@ -381,6 +381,101 @@ def test_gemv_mma_tma_is_bit_identical(m, n, k):
             assert torch.equal(yg, y), (cfg, tma)
 
 
+TAIL_SHAPES = [(1, 200, 64), (3, 300, 192), (17, 72, 2880)]  # K % 128 == 64: a half last chunk; N past a tile
+
+
+@pytest.mark.parametrize("ng", [4, 8])
+def test_tail_pairs_give_each_program_row_its_half_chunk(ng, device):
+    """tail_pairs as gemv_mma's TAIL sees it: a program of ng 16-row groups lands its ng/2 pair blocks over the
+    first and the second half of its groups; a row of the first half keeps lanes t < 2 (words 0-7, scale bytes
+    0-1), a row of the second half lanes t >= 2 (words 8-15, bytes 2-3). What each row keeps must be its own real
+    half of the last chunk (zeros for rows past N), and that half is all the last chunk holds."""
+    from kernels.prepare import tail_pairs
+
+    _, w, _, _ = make(1, 200, 192, seed=ng, dev=device)
+    t = K.shuffle_nibbles(K.tile_mxfp4(w))
+    tw, ts = tail_pairs(t, ng)
+    G, h = t.words.shape[0], ng // 2
+    T = -(-G // ng)
+    assert tw.shape == (T * h, 1, 256) and ts.shape == (1, T * h, 64)
+    words = torch.nn.functional.pad(t.words[:, -1], (0, 0, 0, 0, 0, T * ng - G))  # [groups, 16 rows, 16 words]
+    scales = torch.nn.functional.pad(t.scales[:, -1], (0, 0, 0, 0, 0, T * ng - G))
+    assert not words[..., 8:].any() and not scales[..., 2:].any()  # the padding half
+    landed_w = tw.view(T, 1, h, 16, 16).expand(T, 2, h, 16, 16).reshape(T * ng, 16, 16)  # twice per program
+    landed_s = ts.view(T, 1, h, 16, 4).expand(T, 2, h, 16, 4).reshape(T * ng, 16, 4)
+    second = (torch.arange(T * ng, device=tw.device) % ng >= h)[:, None, None]
+    kept_w = torch.where(second, landed_w[..., 8:], landed_w[..., :8])
+    kept_s = torch.where(second, landed_s[..., 2:], landed_s[..., :2])
+    assert torch.equal(kept_w, words[..., :8]) and torch.equal(kept_s, scales[..., :2])
+    with pytest.raises(ValueError, match="K % 128 == 64"):
+        tail_pairs(K.tile_mxfp4(make(1, 40, 160, seed=1, dev=device)[1]), ng)
+    with pytest.raises(ValueError, match="tile_mxfp4"):
+        tail_pairs(K.prepare_mxfp4(w), ng)
+
+
+def test_x_to_f16_dup_tail_copies_the_real_half_into_the_padding(device):
+    """dup_tail: the padded half of the last chunk (elements 64-127, lanes t >= 2) holds elements 0-63 of that
+    chunk; everything else is x_to_f16(logical=True)'s. Refused where K does not end in half a chunk."""
+    from kernels.linear_f16 import x_to_f16
+
+    x = torch.randn(3, 192).to(torch.bfloat16).to(device)
+    plain, xs = x_to_f16(x, logical=True)
+    dup, xs2 = x_to_f16(x, logical=True, dup_tail=True)
+    assert torch.equal(xs, xs2) and dup.shape == plain.shape == (3, 256)
+    q = torch.arange(128)
+    el = (q // 2 % 4) * 32 + (q // 32) * 8 + (q % 2) * 4 + (q // 16 % 2) * 2 + q // 8 % 2  # logical_elem
+    pos = {int(e): int(p) for p, e in zip(q, el)}
+    last_plain, last_dup = plain[:, 128:].cpu(), dup[:, 128:].cpu()
+    assert torch.equal(dup[:, :128], plain[:, :128])
+    for e in range(128):
+        src = e - 64 if e >= 64 else e
+        assert torch.equal(last_dup[:, pos[e]], last_plain[:, pos[src]]), e
+    assert last_dup.abs().sum() == 2 * last_plain.abs().sum() > 0
+    with pytest.raises(ValueError, match="dup_tail"):
+        x_to_f16(torch.randn(2, 160).to(torch.bfloat16).to(device), logical=True, dup_tail=True)
+
+
+def test_gemv_mma_tail_rule_and_twin():
+    """TAIL lands the tail beside TMA=2's ring of one-chunk steps: refused without TMA=2 or with CHUNKS > 1. The
+    interpreter's twin reads the zero-padded chunk, so there TAIL (x's padding then a copy of its tail) must give
+    the bits of the config without it."""
+    v = LINEAR["gemv_mma"]
+    prob = {"m": 3, "n": 300, "k": 192}
+    cfg = {**v.defaults, "BLOCK_M": 8, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, "NIB": True,
+           "TAIL": True}
+    assert v.reason(cfg, prob) is None
+    assert "TMA=2" in v.reason({**cfg, "TMA": True}, prob)
+    assert "CHUNKS=1" in v.reason({**cfg, "CHUNKS": 2}, prob)
+    x, w, b, ref = make(3, 300, 192, seed=4, dev="cpu")
+    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "TAIL": False}))
+    assert rel_err(y, ref) < tol("gemv_mma")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", TAIL_SHAPES)
+def test_gemv_mma_tail_matches_the_padded_chunk(m, n, k):
+    """TAIL reads only the real half of the last chunk (tail_pairs, landed twice beside the ring) and gives the
+    config's result without it: the same products, a second-half row's at K positions 4 later in the same
+    wgmma k-step (its half meets dup_tail's copy of x). Under a CUDA graph too, with EARLY."""
+    x, _, b, _ = make(m, n, k, seed=m + n, dev="cuda")
+    w = wide_span_weight(n, k, seed=n + 2, dev="cuda")
+    for cfg in ({"BLOCK_M": 8, "ROWS": 2, "STAGES": 3, "NIB": True},
+                {"BLOCK_M": 16, "ROWS": 1, "STAGES": 4},
+                {"BLOCK_M": 64, "ROWS": 2, "STAGES": 3, "NIB": True}):
+        cfg = {**cfg, "CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        yt = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=True, **cfg)
+        diff = (yt.float() - y.float()).abs()
+        assert torch.equal(yt, y), (cfg, int((diff > 0).sum()), float(diff.max()), float(y.float().abs().max()))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=True, EARLY=True, **cfg)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(yg, yt), cfg
+
+
 @pytest.mark.gpu
 def test_gemv_h2g_maxnreg_and_early_are_bit_identical():
     """MAXNREG only caps the registers ptxas may use (it reschedules, the arithmetic stays): capped builds give
