@@ -459,10 +459,36 @@ if gluon is not None:
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
 
     @gluon.jit
+    def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
+                    STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
+        """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma."""
+        BLOCK_N: gl.constexpr = acc.shape[0]
+        CHUNKS: gl.constexpr = STEP // 16
+        slot = c % STAGES
+        if not XT:
+            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
+        # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
+        # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
+        gl.thread_barrier()
+        mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
+        if not XT:
+            fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
+        v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
+        s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
+            1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
+        _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                     STAGES, XT, g1, xok)
+        w = _g_decode_step(v, s, SMAX, NIB)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                            xsm.index(slot).permute((1, 0)), acc, is_async=True)
+        return warpgroup_mma_wait(0, deps=[acc])
+
+    @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
-                       tsdesc=None):
+                       tsdesc=None, TLATE: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -503,7 +529,7 @@ if gluon is not None:
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1)
-            if tdesc is not None:
+            if tdesc is not None and not TLATE:
                 _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, False)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
@@ -511,33 +537,27 @@ if gluon is not None:
                     _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
-            if tdesc is not None:
+            if tdesc is not None and not TLATE:
                 _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), False, True)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
                              XT, g1, xok)
-            if tdesc is not None:
+            if tdesc is not None and not TLATE:
                 _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, True)
-        for c in range(0, steps):
-            slot = c % STAGES
-            if not XT:
-                async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
-            # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
-            # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
-            gl.thread_barrier()
-            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
-            if not XT:
-                fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
-            v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
-            s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
-                1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, g1, xok)
-            w = _g_decode_step(v, s, SMAX, NIB)
-            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+        if TLATE:  # the tail's copies where the ring would have issued a last step
+            split = gl.maximum(steps - (STAGES - 1), 0)
+            for c in range(0, split):
+                acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
+            _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, True)
+            for c in range(split, steps):
+                acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
+        else:
+            for c in range(0, steps):
+                acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
         if tdesc is not None:
             acc = _g_tail_step(acc, tw, ts, tx, tbar.index(0), SMAX, LW, A_L, SW, NIB)
             mbarrier.invalidate(tbar.index(0))
@@ -567,7 +587,8 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
+                      TLATE: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -577,7 +598,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, TLATE)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -597,7 +618,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, tdesc=None, tsdesc=None):
+                   EARLY: gl.constexpr, tdesc=None, tsdesc=None, TLATE: gl.constexpr = False):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -610,7 +631,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, TLATE)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -806,7 +827,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, num_warps=num_warps, **reg_cap(MAXNREG),
+                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, TLATE=tail and TAIL == 2, num_warps=num_warps,
+                               **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

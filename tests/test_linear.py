@@ -435,10 +435,10 @@ def test_x_to_f16_dup_tail_copies_the_real_half_into_the_padding(device):
         x_to_f16(torch.randn(2, 160).to(torch.bfloat16).to(device), logical=True, dup_tail=True)
 
 
-def test_gemv_mma_tail_rule_and_twin():
+def test_gemv_mma_tail_rule_and_twin(device):
     """TAIL lands the tail beside TMA=2's ring of one-chunk steps: refused without TMA=2 or with CHUNKS > 1. The
     interpreter's twin reads the zero-padded chunk, so there TAIL (x's padding then a copy of its tail) must give
-    the bits of the config without it."""
+    the bits of the config without it (compiled, test_gemv_mma_tail_matches_the_padded_chunk says why too)."""
     v = LINEAR["gemv_mma"]
     prob = {"m": 3, "n": 300, "k": 192}
     cfg = {**v.defaults, "BLOCK_M": 8, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, "NIB": True,
@@ -446,9 +446,10 @@ def test_gemv_mma_tail_rule_and_twin():
     assert v.reason(cfg, prob) is None
     assert "TMA=2" in v.reason({**cfg, "TMA": True}, prob)
     assert "CHUNKS=1" in v.reason({**cfg, "CHUNKS": 2}, prob)
-    x, w, b, ref = make(3, 300, 192, seed=4, dev="cpu")
+    x, w, b, ref = make(3, 300, 192, seed=4, dev=device)
     y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
     assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "TAIL": False}))
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "TAIL": 2}))
     assert rel_err(y, ref) < tol("gemv_mma")
 
 
@@ -465,15 +466,15 @@ def test_gemv_mma_tail_matches_the_padded_chunk(m, n, k):
                 {"BLOCK_M": 64, "ROWS": 2, "STAGES": 3, "NIB": True}):
         cfg = {**cfg, "CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-        yt = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=True, **cfg)
-        diff = (yt.float() - y.float()).abs()
-        assert torch.equal(yt, y), (cfg, int((diff > 0).sum()), float(diff.max()), float(y.float().abs().max()))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=True, EARLY=True, **cfg)
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(yg, yt), cfg
+        for tail in (True, 2):  # the tail's copies issued with the ring's first ones, or where its last would be
+            yt = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=tail, **cfg)
+            assert torch.equal(yt, y), (cfg, tail)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", TAIL=tail, EARLY=True, **cfg)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(yg, y), (cfg, tail)
 
 
 @pytest.mark.gpu
