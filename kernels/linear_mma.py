@@ -414,28 +414,26 @@ if gluon is not None:
                                         pred=c < steps)
 
     @gluon.jit
-    def _g_tail_issue(tw, ts, tx, bar, tdesc, tsdesc, xdesc, g0, m0, k0, WEIGHTS: gl.constexpr, X: gl.constexpr):
-        """TAIL: the program's K tail into its own buffers on its own mbarrier: the NG/2 pair blocks of
-        prepare.tail_pairs landed twice, over the first and the second half of the program's groups (WEIGHTS;
-        the bytes of a whole step, the second copy from L2), and x's last chunk from column k0 (X)."""
-        if WEIGHTS:
-            T: gl.constexpr = tw.shape[0] // 2
-            mbarrier.expect(bar, tw.shape[0] * (1024 + 64) + tx.shape[0] * tx.shape[1] * 2)
-            for h in gl.static_range(2):
-                tma.async_copy_global_to_shared(tdesc, [g0 // 2, 0, 0], bar, tw.slice(h * T, T))
-                tma.async_copy_global_to_shared(tsdesc, [0, g0 // 2, 0], bar, ts.slice(h * T, T, dim=1))
-        if X:
-            tma.async_copy_global_to_shared(xdesc, [m0, k0], bar, tx)
+    def _g_tail_issue(tw, ts, tx, bar, tdesc, tsdesc, xdesc, g0, m0, k0):
+        """TAIL: the program's K tail into a ring slot (words tw, scale bytes ts, x rows tx, mbarrier bar): the
+        NG/2 pair blocks of prepare.tail_pairs landed twice, over the first and the second half of the program's
+        groups (the bytes of a whole step, the second copy from L2), and x's last chunk from column k0."""
+        T: gl.constexpr = tw.shape[0] // 2
+        mbarrier.expect(bar, tw.shape[0] * (1024 + 64) + tx.shape[0] * tx.shape[1] * 2)
+        for h in gl.static_range(2):
+            tma.async_copy_global_to_shared(tdesc, [g0 // 2, 0, 0], bar, tw.slice(h * T, T))
+            tma.async_copy_global_to_shared(tsdesc, [0, g0 // 2, 0], bar, ts.slice(h * T, T, dim=1))
+        tma.async_copy_global_to_shared(xdesc, [m0, k0], bar, tx)
 
     @gluon.jit
-    def _g_tail_step(acc, tw, ts, tx, bar, SMAX, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+    def _g_tail_step(acc, tw, ts, tx, bar, phase, SMAX, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                      NIB: gl.constexpr):
-        """TAIL's last K step, from _g_tail_issue's buffers: a row of the first half of the program's groups keeps
+        """TAIL's last K step, from the slot _g_tail_issue filled: a row of the first half of the program's groups keeps
         its lanes t < 2 (K blocks 0-1 of the chunk: its own half), a row of the second half its lanes t >= 2 (its
         half, met by x_to_f16's dup_tail copy of x's tail); the other lanes' words (the paired group's) are
         zeroed, so they add nothing."""
         BLOCK_N: gl.constexpr = acc.shape[0]
-        mbarrier.wait(bar, 0)
+        mbarrier.wait(bar, phase)
         v = tw._reinterpret(gl.int32, [BLOCK_N, 1, 4, 4], SW).load(LW)
         s = ts._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
             (1, 0, 2)).load(gl.SliceLayout(3, LW))
@@ -488,7 +486,7 @@ if gluon is not None:
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
-                       tsdesc=None, TLATE: gl.constexpr = False):
+                       tsdesc=None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -504,20 +502,15 @@ if gluon is not None:
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
         160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma).
-        tdesc, tsdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks; the half chunk of
-        the K tail lands in buffers of its own, issued after the ring's first steps (_g_tail_issue), and is the
-        last step (_g_tail_step). The loop is the same code as without TAIL (358 sm_90 instructions at 2 tokens,
-        where issuing the tail's boxes from inside it took 445)."""
+        tdesc, tsdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks, and the half chunk
+        of the K tail lands in the slot and at the time the ring would copy one more step (_g_tail_issue, between
+        two copies of the loop, whose body stays 358 sm_90 instructions at 2 tokens: issued from inside it, the
+        tail's boxes made it 445), then runs as the last step (_g_tail_step)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
         if tdesc is not None:
             steps = KW // STEP
-            tw = gl.allocate_shared_memory(gl.int32, [BLOCK_N // 16, 1, 256], wdesc.layout)
-            ts = gl.allocate_shared_memory(gl.uint8, [1, BLOCK_N // 16, 64], sdesc.layout)
-            tx = gl.allocate_shared_memory(gl.float16, [xsm.shape[1], 128], xdesc.layout)
-            tbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-            mbarrier.init(tbar.index(0), count=1)
         wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -529,38 +522,34 @@ if gluon is not None:
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1)
-            if tdesc is not None and not TLATE:
-                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, False)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
                     _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
-            if tdesc is not None and not TLATE:
-                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), False, True)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
                              XT, g1, xok)
-            if tdesc is not None and not TLATE:
-                _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, True)
-        if TLATE:  # the tail's copies where the ring would have issued a last step
+        if tdesc is None:
+            for c in range(0, steps):
+                acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
+        else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                                   STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
-            _g_tail_issue(tw, ts, tx, tbar.index(0), tdesc, tsdesc, xdesc, g0, m0, steps * (STEP * 8), True, True)
+            tail = steps % STAGES
+            gl.thread_barrier()  # every warp is done with the slot's last step
+            _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail), tdesc, tsdesc, xdesc,
+                          g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                                   STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
-        else:
-            for c in range(0, steps):
-                acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
-        if tdesc is not None:
-            acc = _g_tail_step(acc, tw, ts, tx, tbar.index(0), SMAX, LW, A_L, SW, NIB)
-            mbarrier.invalidate(tbar.index(0))
+            acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail),
+                               (steps // STAGES) & 1, SMAX, LW, A_L, SW, NIB)
         if not XT:
             async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
@@ -587,8 +576,7 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
-                      TLATE: gl.constexpr = False):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -598,7 +586,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, TLATE)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -618,7 +606,7 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, tdesc=None, tsdesc=None, TLATE: gl.constexpr = False):
+                   EARLY: gl.constexpr, tdesc=None, tsdesc=None):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -631,7 +619,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, TLATE)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -690,8 +678,6 @@ def wgmma_reason(cfg: dict) -> str | None:
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
-    if cfg.get("TAIL"):  # the tail's own buffers: one step's words, scale bytes and x rows
-        need += rows * cfg["num_warps"] * 1088 + cfg["BLOCK_M"] * 256
     if need > SHARED_BYTES:
         return f"ring of {need} bytes of shared memory (at most {SHARED_BYTES})"
     if cfg["STAGES"] < 2:
@@ -827,8 +813,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             if TMA == 2 else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, TLATE=tail and TAIL == 2, num_warps=num_warps,
-                               **reg_cap(MAXNREG),
+                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
