@@ -30,7 +30,12 @@ nothing to rotate).
 call as: python3 .device/wgmma_ladder.py [$OUT/wgmma-ladder]   (--compile: build every kernel for sm_90 only;
          --only=BLOCK_M,ROWS,P[/...] and --modes=a,b,...: a subset, e.g. under Nsight Compute;
          --steps=S[,S...] --waves=W[,W...]: pairs of S steps per program (default 4000) and W waves of programs
-         per launch (default 1), for the shape of real programs: a gpt-oss K of 2880 is 22.5 steps)
+         per launch (default 1), for the shape of real programs: a gpt-oss K of 2880 is 22.5 steps;
+         --shapes=BLOCK_M,ROWS[/...] instead of SHAPES, --per-sm=P[,P...] instead of 1,2,3: e.g. the 2-8-token
+         lm_head leader, --shapes=8,2 --per-sm=4)
+Besides the rate against cuBLAS, each rung prints the weight stream it would sustain (weight_tbps: the MXFP4
+words and scale bytes of its steps, BLOCK_N x 68 bytes per step, per second): at a few tokens the loop's work
+per step, not its arithmetic rate, is what bounds it (stop 50 in FINDINGS.md).
 """
 import functools
 import sys
@@ -217,6 +222,8 @@ def main():
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     only = [tuple(int(v) for v in o.split(",")) for o in opts["only"].split("/")] if "only" in opts else None
     modes = opts["modes"].split(",") if "modes" in opts else MODES
+    shapes = [tuple(int(v) for v in sh.split(",")) for sh in opts["shapes"].split("/")] if "shapes" in opts else SHAPES
+    per_sms = [int(v) for v in opts.get("per-sm", "1,2,3").split(",")]
     frames = list(zip([int(v) for v in opts.get("steps", "4000").split(",")],
                       [int(v) for v in opts.get("waves", "1").split(",")]))  # (steps per program, waves)
     reps = int(opts.get("reps", 1 if only else 5))  # one timed launch under Nsight Compute
@@ -246,12 +253,12 @@ def main():
     print(f"cuBLAS bf16 8192^3: {cublas:.0f} TFLOP/s")
     rows_out = []
     for steps_opt, waves in frames:
-        for bm, rows in SHAPES:
+        for bm, rows in shapes:
             n = 16 * rows * 4
             w = torch.randint(-2**31, 2**31 - 1, (n * 16,), device="cuda", dtype=torch.int32)
             s = torch.randint(118, 126, (n * 4,), device="cuda", dtype=torch.uint8)
             ring = ring_data(bm, rows, "cuda")
-            for per_sm in (1, 2, 3):
+            for per_sm in per_sms:
                 if only and (bm, rows, per_sm) not in only:
                     continue
                 programs = per_sm * sms * waves
@@ -265,24 +272,26 @@ def main():
                         print(f"BM={bm} ROWS={rows} P={per_sm} {mode}: failed: {str(e)[:120]}")
                         continue
                     tflops = 2 * n * bm * 128 * steps * programs / ms / 1e9
+                    tbps = n * 68 * steps * programs / ms / 1e9
                     rows_out.append((bm, rows, per_sm, mode, steps, programs // (per_sm * sms), ms, tflops,
-                                     tflops / cublas))
+                                     tflops / cublas, tbps))
                     print(f"BM={bm:3d} ROWS={rows} P={per_sm} {mode:9s} steps={steps:5d} waves={waves:4d} {ms:8.3f} "
-                          f"ms {tflops:6.0f} TFLOP/s {tflops / cublas:5.2f} of cuBLAS", flush=True)
+                          f"ms {tflops:6.0f} TFLOP/s {tflops / cublas:5.2f} of cuBLAS {tbps:5.2f} TB/s of weights",
+                          flush=True)
     for steps_opt, waves in frames:
         print(f"\n{steps_opt} steps per program, {waves} wave(s); fraction of cuBLAS bf16 (ring, ring8*: "
               f"{RING_STEPS} steps, one wave)")
         print("BLOCK_M ROWS per_SM  " + "  ".join(f"{m:>9s}" for m in modes))
-        for bm, rows in SHAPES:
-            for per_sm in (1, 2, 3):
+        for bm, rows in shapes:
+            for per_sm in per_sms:
                 got = {r[3]: r[8] for r in rows_out if r[:3] == (bm, rows, per_sm) and r[5] == waves
                        and (r[4] == steps_opt or r[3] in RING_MODES)}
                 if got:
                     print(f"{bm:7d} {rows:4d} {per_sm:6d}  "
                           + "  ".join(f"{got.get(m, float('nan')):9.2f}" for m in modes))
     if run:
-        lines = ["block_m,rows,per_sm,mode,steps,waves,ms,tflops,of_cublas"]
-        lines += [f"{a},{b},{c},{d},{e},{f},{g:.4f},{h:.1f},{i:.3f}" for a, b, c, d, e, f, g, h, i in rows_out]
+        lines = ["block_m,rows,per_sm,mode,steps,waves,ms,tflops,of_cublas,weight_tbps"]
+        lines += [f"{a},{b},{c},{d},{e},{f},{g:.4f},{h:.1f},{i:.3f},{j:.3f}" for a, b, c, d, e, f, g, h, i, j in rows_out]
         (run.path / "wgmma_ladder.csv").write_text("\n".join(lines) + "\n")
         run.update_meta(contents="wgmma_ladder.csv: rate of the WGMMA K loop built up rung by rung",
                         cublas_bf16_tflops=cublas)
