@@ -453,7 +453,7 @@ register(Variant(
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
                 "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
-                "first copies before the PDL wait; TAIL: only the real half of a half last chunk, from tail_pairs); "
+                "first copies before the PDL wait; TAIL: a half last chunk as a half step, from tail_half); "
                 "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
 register(Variant(

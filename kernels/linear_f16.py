@@ -77,7 +77,7 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
-                PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, DUP: tl.constexpr = False):
+                PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
     GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0."""
     pdl_enter()
@@ -87,24 +87,27 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
         m = slot // TOPK
         # o_ptr moved so that x16_row's row m lands at row p
         x16_row(x_ptr, o_ptr + (p - m).to(tl.int64) * stride_om, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K,
-                PLANES, LOGICAL, slot % TOPK == 0, DUP)
+                PLANES, LOGICAL, slot % TOPK == 0, HALF)
     else:
-        x16_row(x_ptr, o_ptr, xs_ptr, p, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, True, DUP)
+        x16_row(x_ptr, o_ptr, xs_ptr, p, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, True, HALF)
 
 
 @triton.jit
 def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
-            LOGICAL: tl.constexpr = False, keep_xs=True, DUP: tl.constexpr = False):
+            LOGICAL: tl.constexpr = False, keep_xs=True, HALF: tl.constexpr = False):
     """x_to_f16 of row m (one program; also moe_fused's first stage). A row of at most BLOCK_K output positions
     takes one pass: each element is gathered once into its output position (padding as zeros), so the row's
     max comes from the same registers that are then stored (one load round trip, not two). Longer rows: a
-    max pass in blocks of BLOCK_K, then the gather pass. DUP: see x_to_f16's dup_tail."""
+    max pass in blocks of BLOCK_K, then the gather pass. HALF (x_to_f16's half_tail): the last 128 positions
+    from K - 64 are stored apart, in a 64-K step's order, by a second small gather (the index arithmetic on the
+    row's 128 positions only)."""
     rk = tl.arange(0, BLOCK_K)
+    end = stride_om if not HALF else K - 64  # positions stored by the main pass
     if stride_om <= BLOCK_K:
-        src, ok = _x16_source(rk, K, PLANE, PLANES, LOGICAL, DUP)
+        src, ok = _x16_source(rk, K, PLANE, PLANES, LOGICAL)
         v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (rk < stride_om), other=0.0).to(tl.float32)
         up, down = f16_row_scale(tl.max(tl.abs(v), axis=0))
-        tl.store(o_ptr + m * stride_om + rk, (v * up).to(tl.float16), mask=rk < stride_om)
+        tl.store(o_ptr + m * stride_om + rk, (v * up).to(tl.float16), mask=rk < end)
     else:
         amax = tl.zeros((BLOCK_K,), tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -113,24 +116,26 @@ def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl
         up, down = f16_row_scale(tl.max(amax, axis=0))
         for k0 in range(0, stride_om, BLOCK_K):
             pos = k0 + rk
-            src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL, DUP)
+            src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
             v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
-            tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < stride_om)
+            tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < end)
+    if HALF:  # position q = 32 i + 16 s + 8 h + 2 t + e holds element 16 t + 8 i + 4 e + 2 s + h of the half chunk
+        q = tl.arange(0, 128)
+        el = ((q // 2) % 4) * 16 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
+        t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < 64, other=0.0).to(tl.float32)
+        tl.store(o_ptr + m * stride_om + K - 64 + q, (t * up).to(tl.float16))
     tl.store(xs_ptr + m, down, mask=keep_xs)
 
 
 @triton.jit
-def _x16_source(pos, K, PLANE, PLANES: tl.constexpr, LOGICAL: tl.constexpr, DUP: tl.constexpr = False):
-    """(element of x, in range) that x_to_f16's output position pos holds, in each of its three orders (DUP:
-    logical order with the 64 elements past K holding the 64 before it, x_to_f16's dup_tail)."""
+def _x16_source(pos, K, PLANE, PLANES: tl.constexpr, LOGICAL: tl.constexpr):
+    """(element of x, in range) that x_to_f16's output position pos holds, in each of its three orders."""
     if PLANES:  # plane j (PLANE fp16 wide) holds the pairs (8w + j, 8w + j + 4) of every word w
         r = pos % PLANE
         src = (r // 2) * 8 + pos // PLANE + 4 * (r % 2)
         ok = r < K // 4
     elif LOGICAL:
         src = pos - pos % 128 + logical_elem(pos % 128)
-        if DUP:
-            src = tl.where((src >= K) & (src < K + 64), src - 64, src)
         ok = src < K
     else:  # position p holds element (0,4,1,5,2,6,3,7)[p % 8] of its group of 8
         j = pos % 8
@@ -154,7 +159,7 @@ def logical_pos(el):
 
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
              rows: torch.Tensor | None = None, top_k: int = 1,
-             dup_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             half_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -169,13 +174,13 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     rows[p] // top_k, as o.index_select(0, rows // top_k) but in the one launch (moe_mma TMA=2 reads a token
     tile's rows as one box); xs stays per token.
 
-    dup_tail (logical, K % 128 == 64, one chunk of padding at most): the padded half of the last chunk holds a
-    copy of its real half instead of zeros, for gemv_mma's TAIL, which multiplies it by a second 16-row group's
-    tail (every other reader must be given zeros there, or multiply them by zero weights).
+    half_tail (logical, K % 128 == 64, one chunk of padding at most): the last chunk's 64 elements in the logical
+    order of a 64-K step (position 32 i + 16 s + 8 h + 2 t + e holds element 16 t + 8 i + 4 e + 2 s + h), zeros
+    after them: gemv_mma's TAIL multiplies them as a half step. Every other reader takes the 128-K order.
     """
     M, K = x.shape
-    if dup_tail and not (logical and K % 128 == 64 and pad <= 128):
-        raise ValueError(f"dup_tail needs logical order, K % 128 == 64 and pad <= 128; got K={K}, pad={pad}")
+    if half_tail and not (logical and K % 128 == 64 and pad <= 128):
+        raise ValueError(f"half_tail needs logical order, K % 128 == 64 and pad <= 128; got K={K}, pad={pad}")
     if logical:
         pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
@@ -187,7 +192,7 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     if S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
-                          BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, DUP=dup_tail,
+                          BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,
                           num_warps=4 if block <= 2048 else 8, **pdl_launch())
     return o, xs
 

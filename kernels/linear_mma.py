@@ -41,7 +41,7 @@ import torch
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
-from .prepare import shuffle_nibbles, tail_pairs, tile_mxfp4
+from .prepare import shuffle_nibbles, tail_half, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -81,8 +81,8 @@ def decode_f16_word_major(v, s, SMAX):
 
 @triton.jit
 def decode_step(v, s, SMAX, NIB: tl.constexpr):
-    """A K step's words [R, C, 4 (t), 4 (i)] of C chunks and their scale bytes [R, C, 4] -> fp16 [R, 128 C] in
-    logical K order: E2M1 * 2^(s - SMAX + 1). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
+    """A K step's words [R, C, 4 (t), I (i)] of C chunks and their scale bytes [R, C, 4] -> fp16 [R, 32 I C] in
+    logical K order: E2M1 * 2^(s - SMAX + 1) (I = 4: whole 128-K chunks; 2: TAIL's 64-K half chunk). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
     15 instructions per word); its pairs B, D come 2^8 larger and get a multiplier 2^8 smaller (one more
     half2 multiply per block and row; exact, the smaller multiplier at worst an fp16 subnormal)."""
     m = scale_mult_h2(s, SMAX)[:, :, :, None]
@@ -94,7 +94,7 @@ def decode_step(v, s, SMAX, NIB: tl.constexpr):
         mb = m
     w = tl.join(tl.join(_halves(a, m), _halves(b, mb)), tl.join(_halves(c, m), _halves(d, mb)))  # [R,C,t,i,e,h,s]
     w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))  # [R, C, i, s, h, t, e]
-    return tl.reshape(w, (w.shape[0], w.shape[1] * 128))
+    return tl.reshape(w, (w.shape[0], w.shape[1] * w.shape[2] * 32))
 
 
 @triton.jit
@@ -414,34 +414,34 @@ if gluon is not None:
                                         pred=c < steps)
 
     @gluon.jit
-    def _g_tail_issue(tw, ts, tx, bar, tdesc, tsdesc, xdesc, g0, m0, k0):
-        """TAIL: the program's K tail into a ring slot (words tw, scale bytes ts, x rows tx, mbarrier bar): the
-        NG/2 pair blocks of prepare.tail_pairs landed twice, over the first and the second half of the program's
-        groups (the bytes of a whole step, the second copy from L2), and x's last chunk from column k0."""
-        T: gl.constexpr = tw.shape[0] // 2
-        mbarrier.expect(bar, tw.shape[0] * (1024 + 64) + tx.shape[0] * tx.shape[1] * 2)
-        for h in gl.static_range(2):
-            tma.async_copy_global_to_shared(tdesc, [g0 // 2, 0, 0], bar, tw.slice(h * T, T))
-            tma.async_copy_global_to_shared(tsdesc, [0, g0 // 2, 0], bar, ts.slice(h * T, T, dim=1))
-        tma.async_copy_global_to_shared(xdesc, [m0, k0], bar, tx)
+    def _g_tail_issue(wsm, ssm, xsm, bar, tdesc, tsdesc, xtdesc, g0, m0, k0):
+        """TAIL: the program's K tail into a ring slot (words wsm, scale bytes ssm, x rows xsm, mbarrier bar): its
+        groups' half chunks from prepare.tail_half (half a step's words: 512 bytes per group, as [NG, 1, 128]),
+        their scale bytes, and x's last 64 K from column k0 (x_to_f16's half_tail order, [BLOCK_M, 64])."""
+        NG: gl.constexpr = wsm.shape[0]
+        BM: gl.constexpr = xsm.shape[0]
+        mbarrier.expect(bar, NG * (512 + 64) + BM * 64 * 2)
+        tma.async_copy_global_to_shared(tdesc, [g0, 0, 0], bar, wsm._reinterpret(gl.int32, [NG, 1, 128],
+                                                                               tdesc.layout))
+        tma.async_copy_global_to_shared(tsdesc, [0, g0, 0], bar, ssm)
+        tma.async_copy_global_to_shared(xtdesc, [m0, k0], bar, xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout))
 
     @gluon.jit
-    def _g_tail_step(acc, tw, ts, tx, bar, phase, SMAX, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                     NIB: gl.constexpr):
-        """TAIL's last K step, from the slot _g_tail_issue filled: a row of the first half of the program's groups keeps
-        its lanes t < 2 (K blocks 0-1 of the chunk: its own half), a row of the second half its lanes t >= 2 (its
-        half, met by x_to_f16's dup_tail copy of x's tail); the other lanes' words (the paired group's) are
-        zeroed, so they add nothing."""
+    def _g_tail_step(acc, wsm, ssm, xsm, bar, phase, xtdesc, SMAX, LWH: gl.constexpr, SWH: gl.constexpr,
+                     A_L: gl.constexpr, NIB: gl.constexpr):
+        """TAIL's last K step, a half step from the slot _g_tail_issue filled: lane t of a row decodes its words
+        2t and 2t + 1 (LWH: words [BLOCK_N, 1, 4 (t), 2 (i)]; block t // 2, whose scale byte tail_half put at
+        byte t), and the wgmma takes 64 K (4 k-steps) against x's half_tail rows."""
         BLOCK_N: gl.constexpr = acc.shape[0]
+        BM: gl.constexpr = xsm.shape[0]
         mbarrier.wait(bar, phase)
-        v = tw._reinterpret(gl.int32, [BLOCK_N, 1, 4, 4], SW).load(LW)
-        s = ts._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
-            (1, 0, 2)).load(gl.SliceLayout(3, LW))
-        r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, LW))))
-        keep = (r < BLOCK_N // 2)[:, None, None, None] == (t < 2)[None, None, :, None]
-        w = _g_decode_step(gl.where(keep, v, 0), s, SMAX, NIB)
-        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), tx.permute((1, 0)), acc, is_async=True)
+        v = wsm._reinterpret(gl.int32, [BLOCK_N, 1, 4, 2], SWH).load(LWH)
+        s = ssm._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
+            (1, 0, 2)).load(gl.SliceLayout(3, LWH))
+        w = _g_decode_step(v, s, SMAX, NIB)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                            xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout).permute((1, 0)), acc,
+                            is_async=True)
         return warpgroup_mma_wait(0, deps=[acc])
 
     @gluon.jit
@@ -486,7 +486,7 @@ if gluon is not None:
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
-                       tsdesc=None):
+                       tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -502,10 +502,10 @@ if gluon is not None:
         program's PDL wait comes after its first steps' weight copies (the caller skips its own). XT (TMA=2):
         x's rows of a step as a third box on the same mbarrier (no cp.async group, no proxy fence): 64 tokens
         160.5 -> 149.4 us, 32 126.5 -> 124.9, 2-8 tied (results/20261124T160224-h100-80gb-hbm3-linear-mma-xtma).
-        tdesc, tsdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks, and the half chunk
-        of the K tail lands in the slot and at the time the ring would copy one more step (_g_tail_issue, between
-        two copies of the loop, whose body stays 358 sm_90 instructions at 2 tokens: issued from inside it, the
-        tail's boxes made it 445), then runs as the last step (_g_tail_step)."""
+        tdesc, tsdesc, xtdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks, and the half
+        chunk of the K tail lands in the slot and at the time the ring would copy one more step (_g_tail_issue,
+        between two copies of the loop, whose body stays 358 sm_90 instructions at 2 tokens: issued from inside it,
+        the tail's boxes made it 445), then runs as a half step (_g_tail_step)."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
@@ -543,13 +543,13 @@ if gluon is not None:
                                   STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
             tail = steps % STAGES
             gl.thread_barrier()  # every warp is done with the slot's last step
-            _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail), tdesc, tsdesc, xdesc,
+            _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail), tdesc, tsdesc, xtdesc,
                           g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                                   STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
             acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail),
-                               (steps // STAGES) & 1, SMAX, LW, A_L, SW, NIB)
+                               (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
         if not XT:
             async_copy.wait_group(0)
         for q in gl.static_range(STAGES):
@@ -576,7 +576,8 @@ if gluon is not None:
                       CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr,
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
-                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None):
+                      EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
+                      xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -586,7 +587,7 @@ if gluon is not None:
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
             if RING_W:
@@ -606,7 +607,8 @@ if gluon is not None:
                    TILED: gl.constexpr, STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr,
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
-                   EARLY: gl.constexpr, tdesc=None, tsdesc=None):
+                   EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
+                   SWH: gl.constexpr = None):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -619,7 +621,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -754,18 +756,31 @@ def tma_descriptors(p, NG: int, CHUNKS: int):
     return cache[NG, CHUNKS]
 
 
+@functools.cache
+def tail_layouts(ROWS: int, num_warps: int):
+    """(register layout, shared layout) of TAIL's half-step words [BLOCK_N, 1, 4 (t), 2 (i)]: mma_layouts' word
+    layout with two words per lane instead of four (lane t's words 2t, 2t + 1 of the row's half chunk), read from
+    a slot holding tail_half's rows densely (8 words per row)."""
+    BLOCK_N = 16 * ROWS * num_warps
+    reg = [[0, 0, 0, 1], [8, 0, 0, 0]] + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))]
+    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]
+    warp = [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))]
+    dense = [[0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 2, 0]] + [[1 << j, 0, 0, 0] for j in range(_log2(BLOCK_N))]
+    return (gl.DistributedLinearLayout(reg, lane, warp, [], [BLOCK_N, 1, 4, 2]), gl.SharedLinearLayout(dense))
+
+
 def tail_descriptors(p, NG: int):
-    """(words, scales) TMA descriptors of tail_pairs(p, NG) for gemv_mma's TAIL: boxes of the NG/2 pair blocks of
-    a program ([NG/2, 1, 256] words, [1, NG/2, 64] scale bytes), each landing like half of a tma_descriptors box.
-    Made once per NG and cached on p."""
+    """(words, scales) TMA descriptors of tail_half(p) for gemv_mma's TAIL: a program's NG groups' half chunks
+    ([NG, 1, 128] words: 512 bytes a group) and their scale bytes ([1, NG, 64], landing like one chunk of
+    tma_descriptors' scale box); groups past G read as zeros. Made once per NG and cached on p."""
     cache = p.__dict__.setdefault("_tma_tail", {})
     if NG not in cache:
-        words, scales = tail_pairs(p, NG)
-        P, H = words.shape[0], NG // 2
+        words, scales = tail_half(p)
+        G = words.shape[0]
         cache[NG] = (
-            TensorDescriptor(words, [P, 1, 256], [256, 256, 1], [H, 1, 256],
+            TensorDescriptor(words, [G, 1, 128], [128, 128, 1], [NG, 1, 128],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
-            TensorDescriptor(scales, [1, P, 64], [P * 64, 64, 1], [1, H, 64],
+            TensorDescriptor(scales, [1, G, 64], [G * 64, 64, 1], [1, NG, 64],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
     return cache[NG]
 
@@ -784,17 +799,18 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
     steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (with TMA=2,
-    CHUNKS=1; a no-op unless K % 128 == 64): the last step reads only the real half of the last chunk, from
-    tail_pairs' copy (2.2% fewer weight bytes at K = 2880); x_to_f16's dup_tail meets the paired groups' halves,
-    so without a GPU (the interpreter twin reads the zero-padded chunk) the result is the same."""
+    CHUNKS=1; a no-op unless K % 128 == 64, and without a GPU, where the interpreter twin reads the zero-padded
+    chunk): the last chunk, half padding, runs as a half step from tail_half's copy (half the bytes, decode and
+    wgmmas), against x_to_f16's half_tail order."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
     if NIB:
         p = shuffle_nibbles(p)
-    tail = bool(TAIL and TMA == 2 and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2
-    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, dup_tail=tail)
+    tail = bool(TAIL and TMA == 2 and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 and not INTERPRETED \
+        and gluon is not None
+    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, half_tail=tail)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
@@ -808,12 +824,17 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
         tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
+        LWH, SWH = tail_layouts(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
+        xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK // 2],
+                                  gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK // 2], gl.float16)) \
+            if tail else None
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
-                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, num_warps=num_warps, **reg_cap(MAXNREG),
+                               EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
+                               num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

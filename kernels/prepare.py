@@ -138,38 +138,28 @@ def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
     return q
 
 
-def tail_pairs(p, NG: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last chunk's real half of tile_mxfp4's copy p (tiled, 2-D, K % 128 == 64), regrouped for programs of
-    NG 16-row groups (cached on p per NG): words int32 [T * NG/2, 1, 256] and scale bytes uint8 [1, T * NG/2, 64],
-    T = ceil(G / NG) (groups past G as zeros).
+def tail_half(p) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real half of the last chunk of tile_mxfp4's copy p (tiled, 2-D, K % 128 == 64), for gemv_mma's TAIL
+    (cached on p): words int32 [G, 1, 128] (each 16-row group's 8 words per row, as tiled) and scale bytes uint8
+    [1, G, 64] (each row's two block scales twice, s0 s0 s1 s1: byte t is lane t's).
 
-    Why: with K = 2880 the last of 23 chunks is half padding, and a TMA ring reads it whole: the 2-8-token lm_head
-    times like K = 2944 and 4.3 us slower than K = 2816 (results/20261127T173156-h100-80gb-hbm3-linear-k-tail).
-    Here program tile t's pair j (j < NG/2) is one 1 KB block of 16 rows x 16 words: words 0-7 of row r are group
-    j's real half (blocks 0-1), words 8-15 group j + NG/2's. gemv_mma's TAIL lands the pair blocks twice, over the
-    slot's first and second half of groups, so each row sees its own half in one of the two places and the other
-    group's in the other, which the kernel zeroes. Scale bytes the same way: bytes 0-1 group j, 2-3 group j + NG/2.
-    p may be shuffle_nibbles' copy of the tiled weight (the words are taken as they are)."""
+    Why: with K = 2880 the last of 23 chunks is half padding, which the TMA ring read whole and decoded and
+    multiplied as a whole step: the 2-8-token lm_head times K = 2880 like K = 2944 and 4.3 us slower than K = 2816
+    (results/20261127T173156-h100-80gb-hbm3-linear-k-tail). TAIL runs the half chunk as a half step: lane t of a
+    row decodes its words 2t and 2t + 1 (elements 16 t .. 16 t + 15, block t // 2), four wgmma k-steps instead of
+    eight. p may be shuffle_nibbles' copy of the tiled weight (the words are taken as they are)."""
     if not p.tiled or p.words.dim() != 4:
-        raise ValueError("tail_pairs reads a 2-D weight's tile_mxfp4 copy (words [G, KC, 16, 16])")
+        raise ValueError("tail_half reads a 2-D weight's tile_mxfp4 copy (words [G, KC, 16, 16])")
     if p.K % TILE_K != TILE_K // 2:
-        raise ValueError(f"tail_pairs needs K % {TILE_K} == {TILE_K // 2} (a half last chunk), got K={p.K}")
-    if NG < 2 or NG % 2:
-        raise ValueError(f"NG must be an even number of groups per program, got {NG}")
-    cache = p.__dict__.setdefault("_tail_pairs", {})
-    if NG not in cache:
+        raise ValueError(f"tail_half needs K % {TILE_K} == {TILE_K // 2} (a half last chunk), got K={p.K}")
+    cached = getattr(p, "_tail_half", None)
+    if cached is None:
         G = p.words.shape[0]
-        T = -(-G // NG)
-        H = NG // 2
-
-        def pairs(t: torch.Tensor) -> torch.Tensor:  # [G, 16, n] -> [T * H, 16, 2 n] (group j, then j + H)
-            t = torch.nn.functional.pad(t, (0, 0, 0, 0, 0, T * NG - G))
-            return t.reshape(T, 2, H, *t.shape[1:]).permute(0, 2, 3, 1, 4).reshape(T * H, TILE_ROWS, -1)
-
-        words = pairs(p.words[:, -1, :, :TILE_K // 16]).reshape(T * H, 1, 256).contiguous()
-        scales = pairs(p.scales[:, -1, :, :TILE_K // 64]).reshape(1, T * H, 64).contiguous()
-        cache[NG] = (words, scales)
-    return cache[NG]
+        words = p.words[:, -1, :, :TILE_K // 16].reshape(G, 1, 128).contiguous()
+        scales = p.scales[:, -1, :, :TILE_K // 64].repeat_interleave(2, dim=-1).reshape(1, G, 64).contiguous()
+        cached = (words, scales)
+        object.__setattr__(p, "_tail_half", cached)
+    return cached
 
 
 def shuffle_words(words: torch.Tensor, inverse: bool = False) -> torch.Tensor:
