@@ -20,6 +20,7 @@ emulation of the same arithmetic.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -77,19 +78,27 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
-                PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False):
+                PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False,
+                BLOCK_F: tl.constexpr = 0):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
-    GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0."""
+    GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0.
+    BLOCK_F (a power of two >= K): the row is split over the grid's second axis, BLOCK_K positions a program
+    (x16_slice), instead of one program a row."""
     pdl_enter()
     p = tl.program_id(0)
     if GATHER:
         slot = tl.load(rows_ptr + p)
         m = slot // TOPK
-        # o_ptr moved so that x16_row's row m lands at row p
-        x16_row(x_ptr, o_ptr + (p - m).to(tl.int64) * stride_om, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K,
-                PLANES, LOGICAL, slot % TOPK == 0, HALF)
+        o_ptr += (p - m).to(tl.int64) * stride_om  # so that row m lands at row p
+        keep = slot % TOPK == 0
     else:
-        x16_row(x_ptr, o_ptr, xs_ptr, p, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, True, HALF)
+        m = p
+        keep = True
+    if BLOCK_F:
+        x16_slice(x_ptr, o_ptr, xs_ptr, m, tl.program_id(1), K, stride_xm, stride_om, BLOCK_K, BLOCK_F, LOGICAL, keep,
+                  HALF)
+    else:
+        x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF)
 
 
 @triton.jit
@@ -119,12 +128,38 @@ def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl
             src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
             v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
             tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < end)
-    if HALF:  # position q = 32 i + 16 s + 8 h + 2 t + e holds element 16 t + 8 i + 4 e + 2 s + h of the half chunk
-        q = tl.arange(0, 128)
-        el = ((q // 2) % 4) * 16 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
-        t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < 64, other=0.0).to(tl.float32)
-        tl.store(o_ptr + m * stride_om + K - 64 + q, (t * up).to(tl.float16))
+    if HALF:
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, m >= 0)
     tl.store(xs_ptr + m, down, mask=keep_xs)
+
+
+@triton.jit
+def x16_slice(x_ptr, o_ptr, xs_ptr, m, j, K, stride_xm, stride_om, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
+              LOGICAL: tl.constexpr, keep_xs, HALF: tl.constexpr):
+    """x16_row of row m split over programs: program j stores positions j * BLOCK_K .. + BLOCK_K (a few per
+    thread: the position arithmetic is most of a row's instructions), after the max over the whole row (each
+    program reads the row, from L2 after the first); program 0 stores xs and HALF's tail."""
+    rf = tl.arange(0, BLOCK_F)
+    xf = tl.load(x_ptr + m * stride_xm + rf, mask=rf < K, other=0.0).to(tl.float32)
+    up, down = f16_row_scale(tl.max(tl.abs(xf), axis=0))
+    pos = j * BLOCK_K + tl.arange(0, BLOCK_K)
+    end = stride_om if not HALF else K - 64
+    src, ok = _x16_source(pos, K, 0, False, LOGICAL)
+    v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (pos < end), other=0.0).to(tl.float32)
+    tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < end)
+    if HALF:
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, j == 0)
+    tl.store(xs_ptr + m, down, mask=keep_xs & (j == 0))
+
+
+@triton.jit
+def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on):
+    """x_to_f16's half_tail: the 128 positions from K - 64 hold the half chunk in a 64-K step's order (position
+    q = 32 i + 16 s + 8 h + 2 t + e: element 16 t + 8 i + 4 e + 2 s + h), then zeros (stored where `on`)."""
+    q = tl.arange(0, 128)
+    el = ((q // 2) % 4) * 16 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
+    t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < tl.where(on, 64, 0), other=0.0).to(tl.float32)
+    tl.store(o_ptr + m * stride_om + K - 64 + q, (t * up).to(tl.float16), mask=q < tl.where(on, 128, 0))
 
 
 @triton.jit
@@ -155,6 +190,12 @@ def logical_elem(q):
 def logical_pos(el):
     """Inverse of logical_elem: position of chunk element el = 32 t + 8 i + 4 e + 2 s + h in logical K order."""
     return ((el // 8) % 4) * 32 + ((el // 2) % 2) * 16 + (el % 2) * 8 + (el // 32) * 2 + (el // 4) % 2
+
+
+#: x_to_f16 splits each row over programs of SLICE output positions when it has at most SPLIT_ROWS rows
+#: (LAB_X16_SPLIT_ROWS=0: never, for A/B runs against one program a row).
+SLICE = 512
+SPLIT_ROWS = int(os.environ.get("LAB_X16_SPLIT_ROWS", "16"))
 
 
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
@@ -189,7 +230,13 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         raise ValueError(f"rows must hold each of the {M} tokens' {top_k} slots once, got {S} rows")
     o = torch.empty((S, width), device=x.device, dtype=torch.float16)
     xs = torch.empty((M,), device=x.device, dtype=torch.float32)
-    if S:
+    if S and not planes and S <= SPLIT_ROWS and width > SLICE and K <= 8192:
+        # few rows (decode): each row over several programs, SLICE positions each (x16_slice)
+        _x16_kernel[(S, triton.cdiv(width, SLICE))](
+            x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE, PLANES=False,
+            LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
+            **pdl_launch())
+    elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
                           BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,

@@ -406,6 +406,30 @@ def test_tail_half_is_each_rows_real_half_chunk(device):
         tail_half(K.prepare_mxfp4(w))
 
 
+@pytest.mark.parametrize("order", ["words", "logical", "half_tail", "gather"])
+def test_x_to_f16_splits_few_rows_over_programs_bit_for_bit(order, device):
+    """With at most SPLIT_ROWS rows each row is split over programs of SLICE positions (x16_slice: each takes the
+    row's max itself); rows are independent, so the first rows of a 20-row call (one program a row) must be the
+    split call's bits, in every order and with the gather of sorted slots."""
+    from kernels.linear_f16 import SLICE, SPLIT_ROWS, x_to_f16
+
+    K = 2880  # width 2944 > SLICE: several programs a row
+    x = (torch.randn(20, K) * torch.linspace(0.01, 50.0, 20)[:, None]).to(torch.bfloat16).to(device)
+    kw = {"words": dict(pad=128), "logical": dict(logical=True), "half_tail": dict(logical=True, half_tail=True),
+          "gather": dict(logical=True)}[order]
+    n = 3
+    assert n <= SPLIT_ROWS < 20 and 2944 > SLICE
+    if order == "gather":
+        rows = torch.tensor([5, 0, 3, 1, 2, 4], device=device)  # 3 tokens, top_k 2
+        few, xs_few = x_to_f16(x[:n], rows=rows, top_k=2, **kw)
+        many, xs_many = x_to_f16(x, **kw)
+        assert torch.equal(few, many.index_select(0, rows // 2)) and torch.equal(xs_few, xs_many[:n])
+    else:
+        few, xs_few = x_to_f16(x[:n], **kw)
+        many, xs_many = x_to_f16(x, **kw)
+        assert torch.equal(few, many[:n]) and torch.equal(xs_few, xs_many[:n])
+
+
 def test_x_to_f16_half_tail_is_a_64_k_steps_order(device):
     """half_tail: the last chunk, half padding, holds its 64 elements in the logical order of a 64-K step
     (position 32 i + 16 s + 8 h + 2 t + e: element 16 t + 8 i + 4 e + 2 s + h), then zeros; everything before it
