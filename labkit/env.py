@@ -95,6 +95,7 @@ def environment() -> dict:
         "triton_mode": triton_mode(),
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
         "lab_pdl": os.environ.get("LAB_PDL"),  # "1": kernel launches use programmatic dependent launch
+        "lab_x16_split_rows": os.environ.get("LAB_X16_SPLIT_ROWS"),  # kernels.linear_f16.SPLIT_ROWS when set
         "pdl": pdl_mode(),
         "executable": sys.executable,
     })

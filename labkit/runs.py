@@ -102,6 +102,7 @@ def create_run(name: str, *, parameters: dict | None = None, out: str | Path | N
         "triton_mode": env["triton_mode"],
         "lab_pdl": env["lab_pdl"],
         "pdl": env["pdl"],
+        **({"lab_x16_split_rows": env["lab_x16_split_rows"]} if env.get("lab_x16_split_rows") is not None else {}),
         "git_commit": git_commit(),
         "host": env["host"],
         "started": _now(),
