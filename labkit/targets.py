@@ -191,12 +191,12 @@ def summary(judged: pd.DataFrame) -> pd.DataFrame:
         rows.append({"target": name, "issue": int(g["issue"].iloc[0]), "met": int(measured["met"].astype(bool).sum()),
                      "met_median": int(measured["met_median"].eq(True).sum()),
                      "measured": len(measured), "asked": len(g),
-                     "worst": None if worst is None else f"{worst['problem']} {worst['m']}: {worst['value']:.0%}"})
+                     "worst": None if worst is None else f"{worst['problem']} {worst['m']}: {worst['value']:.1%}"})
     return pd.DataFrame(rows)
 
 
 def _median_text(r: dict) -> str:
-    return "not repeated" if r["median"] is None or pd.isna(r["median"]) else f"{r['median']:.0%} ({r['repeats']})"
+    return "not repeated" if r["median"] is None or pd.isna(r["median"]) else f"{r['median']:.1%} ({r['repeats']})"
 
 
 def markdown(judged: pd.DataFrame) -> str:
@@ -208,7 +208,7 @@ def markdown(judged: pd.DataFrame) -> str:
             lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | not measured | | | | {r['goal']:.0%} | | |")
             continue
         lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | {r['variant']} | {r['us']:.1f} | "
-                     f"{r['value']:.0%} | {_median_text(r)} | {r['goal']:.0%} | "
+                     f"{r['value']:.1%} | {_median_text(r)} | {r['goal']:.0%} | "
                      f"{'yes' if r['met'] else 'no'} | {r['run_id']} |")
     return "\n".join(lines)
 

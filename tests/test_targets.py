@@ -68,9 +68,9 @@ def test_unmeasured_points_are_listed_and_misses_counted(tmp_path):
     assert out.loc[2, "met"] is False  # 80% < 90%
     assert out.loc[4, "met"] is None and out.loc[8, "met"] is None  # an incorrect point is no measurement
     s = summary(judge([a], targets=[LM_HEAD])).iloc[0]
-    assert (s["met"], s["measured"], s["asked"]) == (1, 2, 4) and s["worst"] == "lm_head 2: 80%"
+    assert (s["met"], s["measured"], s["asked"]) == (1, 2, 4) and s["worst"] == "lm_head 2: 80.0%"
     md = markdown(judge([a], targets=[LM_HEAD]))
-    assert "| lm_head | 4 | not measured |" in md and "| 80% | not repeated | 90% | no |" in md
+    assert "| lm_head | 4 | not measured |" in md and "| 80.0% | not repeated | 90% | no |" in md
 
 
 def test_a_goal_met_once_is_told_apart_from_one_met_by_a_median(tmp_path):
@@ -92,7 +92,7 @@ def test_a_goal_met_once_is_told_apart_from_one_met_by_a_median(tmp_path):
     assert two["repeats"] == 3 and two["median"] == pytest.approx(100.0 / 110.0) and two["met_median"]
     s = summary(judge([a, b], targets=[LM_HEAD])).iloc[0]
     assert (s["met"], s["met_median"]) == (2, 1)
-    assert "| 83% (3) |" in markdown(judge([a, b], targets=[LM_HEAD]))
+    assert "| 83.3% (3) |" in markdown(judge([a, b], targets=[LM_HEAD]))
     hollow = [t for t in targets_chart(judge([a, b], targets=[LM_HEAD])).data
               if t.marker is not None and t.marker.symbol == "circle-open"]
     assert len(hollow) == 1 and list(hollow[0].y) == pytest.approx([100.0 / 120.0, 100.0 / 110.0])
