@@ -157,7 +157,7 @@ def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on):
     """x_to_f16's half_tail: the 128 positions from K - 64 hold the half chunk in a 64-K step's order (position
     q = 32 i + 16 s + 8 h + 2 t + e: element 16 t + 8 i + 4 e + 2 s + h), then zeros (stored where `on`)."""
     q = tl.arange(0, 128)
-    el = ((q // 2) % 4) * 16 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
+    el = logical_elem(q, 16)
     t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < tl.where(on, 64, 0), other=0.0).to(tl.float32)
     tl.store(o_ptr + m * stride_om + K - 64 + q, (t * up).to(tl.float16), mask=q < tl.where(on, 128, 0))
 
@@ -180,10 +180,11 @@ def _x16_source(pos, K, PLANE, PLANES: tl.constexpr, LOGICAL: tl.constexpr):
 
 
 @triton.jit
-def logical_elem(q):
+def logical_elem(q, T: tl.constexpr = 32):
     """Element of a 128-K chunk at position q of gemv_mma's logical K order (lanes' fragment registers in K
-    order): q = 32 i + 16 s + 8 h + 2 t + e holds element 32 t + 8 i + 4 e + 2 s + h (kernels/linear_mma.py)."""
-    return ((q // 2) % 4) * 32 + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
+    order): q = 32 i + 16 s + 8 h + 2 t + e holds element 32 t + 8 i + 4 e + 2 s + h (kernels/linear_mma.py).
+    T=16: the same for TAIL's 64-K half step (i < 2), whose lane t holds elements 16 t .. 16 t + 15."""
+    return ((q // 2) % 4) * T + (q // 32) * 8 + (q % 2) * 4 + ((q // 16) % 2) * 2 + (q // 8) % 2
 
 
 @triton.jit

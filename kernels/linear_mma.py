@@ -82,9 +82,10 @@ def decode_f16_word_major(v, s, SMAX):
 @triton.jit
 def decode_step(v, s, SMAX, NIB: tl.constexpr):
     """A K step's words [R, C, 4 (t), I (i)] of C chunks and their scale bytes [R, C, 4] -> fp16 [R, 32 I C] in
-    logical K order: E2M1 * 2^(s - SMAX + 1) (I = 4: whole 128-K chunks; 2: TAIL's 64-K half chunk). NIB: words in shuffle_nibbles' layout (nib_pairs, 9 instead of
-    15 instructions per word); its pairs B, D come 2^8 larger and get a multiplier 2^8 smaller (one more
-    half2 multiply per block and row; exact, the smaller multiplier at worst an fp16 subnormal)."""
+    logical K order: E2M1 * 2^(s - SMAX + 1) (I = 4: whole 128-K chunks; 2: TAIL's 64-K half chunk). NIB:
+    words in shuffle_nibbles' layout (nib_pairs, 9 instead of 15 instructions per word); its pairs B, D come 2^8
+    larger and get a multiplier 2^8 smaller (one more half2 multiply per block and row; exact, the smaller
+    multiplier at worst an fp16 subnormal)."""
     m = scale_mult_h2(s, SMAX)[:, :, :, None]
     if NIB:
         a, b, c, d = nib_pairs(v.to(tl.uint32, bitcast=True))
@@ -631,6 +632,20 @@ def _log2(v: int) -> int:
     return v.bit_length() - 1
 
 
+_LANES = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]  # lane 4 g + t: t, then rows g
+
+
+def word_layout(ROWS: int, CHUNKS: int, num_warps: int, WORDS: int = 4):
+    """Layout of a step's weight words [BLOCK_N, CHUNKS, 4 (t), WORDS (i)] (mma_layouts' LW): registers i, row
+    + 8, the chunks, then the ROWS 16-row groups of a warp; lanes t then g; warps 16-row groups. WORDS=2: TAIL's
+    half step, lane t holding words 2t and 2t + 1 of the row's half chunk."""
+    reg = ([[0, 0, 0, 1 << j] for j in range(_log2(WORDS))] + [[8, 0, 0, 0]]
+           + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
+           + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))])
+    warp = [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))]
+    return gl.DistributedLinearLayout(reg, _LANES, warp, [], [16 * ROWS * num_warps, CHUNKS, 4, WORDS])
+
+
 @functools.cache
 def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     """(weight-word layout, x layout, MMA layout) of a gemv_mma config, as Gluon linear layouts.
@@ -639,15 +654,10 @@ def mma_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     16-row groups of a warp; lanes t then g; warps 16-row groups. x [BLOCK_M, CHUNKS, 4 (t), 32]: 32 contiguous
     fp16 per lane, chunk and token, token tiles of 8 in registers, every warp holding the same x.
     """
-    BLOCK_N = 16 * ROWS * num_warps
-    reg = ([[0, 0, 0, 1], [0, 0, 0, 2], [8, 0, 0, 0]] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
-           + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))])
-    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]
-    warp = [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))]
-    LW = gl.DistributedLinearLayout(reg, lane, warp, [], [BLOCK_N, CHUNKS, 4, 4])
+    LW = word_layout(ROWS, CHUNKS, num_warps)
     xreg = ([[0, 0, 0, 1 << j] for j in range(5)] + [[0, 1 << j, 0, 0] for j in range(_log2(CHUNKS))]
             + [[8 << j, 0, 0, 0] for j in range(_log2(BLOCK_M // 8))])
-    LX = gl.DistributedLinearLayout(xreg, lane, [[0, 0, 0, 0]] * _log2(num_warps), [], [BLOCK_M, CHUNKS, 4, 32])
+    LX = gl.DistributedLinearLayout(xreg, _LANES, [[0, 0, 0, 0]] * _log2(num_warps), [], [BLOCK_M, CHUNKS, 4, 32])
     MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
     return LW, LX, MMA
 
@@ -761,12 +771,9 @@ def tail_layouts(ROWS: int, num_warps: int):
     """(register layout, shared layout) of TAIL's half-step words [BLOCK_N, 1, 4 (t), 2 (i)]: mma_layouts' word
     layout with two words per lane instead of four (lane t's words 2t, 2t + 1 of the row's half chunk), read from
     a slot holding tail_half's rows densely (8 words per row)."""
-    BLOCK_N = 16 * ROWS * num_warps
-    reg = [[0, 0, 0, 1], [8, 0, 0, 0]] + [[16 * num_warps << j, 0, 0, 0] for j in range(_log2(ROWS))]
-    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]
-    warp = [[16 << j, 0, 0, 0] for j in range(_log2(num_warps))]
-    dense = [[0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 2, 0]] + [[1 << j, 0, 0, 0] for j in range(_log2(BLOCK_N))]
-    return (gl.DistributedLinearLayout(reg, lane, warp, [], [BLOCK_N, 1, 4, 2]), gl.SharedLinearLayout(dense))
+    dense = ([[0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 2, 0]]
+             + [[1 << j, 0, 0, 0] for j in range(_log2(16 * ROWS * num_warps))])
+    return word_layout(ROWS, 1, num_warps, 2), gl.SharedLinearLayout(dense)
 
 
 def tail_descriptors(p, NG: int):
