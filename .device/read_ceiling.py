@@ -73,7 +73,7 @@ def readers():
         x = torch.randn(nbytes // 4, device="cuda", generator=g)
         xi = x.view(torch.int32)
         n = xi.numel()
-        for name, fn in (("torch.sum fp32", x.sum), ("torch.sum bf16 view", lambda: x.view(torch.bfloat16).sum()),
+        for name, fn in (("torch.sum fp32", x.sum), ("torch.sum bf16 view", lambda x=x: x.view(torch.bfloat16).sum()),
                          ("torch.amax fp32", x.amax)):
             rows.append((name, label, *gbps(nbytes, fn)))
         for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
@@ -81,7 +81,8 @@ def readers():
         for per_sm, block in ((4, 2048), (8, 1024), (2, 4096)):
             out = torch.empty(sms * per_sm, device="cuda", dtype=torch.int32)
             rows.append((f"triton grid-stride {per_sm}/SM {block}x4B", label,
-                         *gbps(nbytes, lambda: _grid_sum[(sms * per_sm,)](xi, out, n, BLOCK=block, num_warps=8))))
+                         *gbps(nbytes, lambda g=sms * per_sm, xi=xi, out=out, n=n, block=block:
+                              _grid_sum[(g,)](xi, out, n, BLOCK=block, num_warps=8))))
         del x, xi
         torch.cuda.empty_cache()
     return pd.DataFrame(rows, columns=["reader", "bytes", "gbps_median", "gbps_min", "gbps_max"])
