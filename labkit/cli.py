@@ -159,14 +159,20 @@ def cmd_targets(args) -> int:
         print(f"floors against the highest ceilings measured by the {judged.attrs['runs']} runs ({ceil})")
         pct = lambda v: "" if pd.isna(v) else f"{v:.1%}"  # noqa: E731  (89.6% must not read as a met 90%)
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
+                             x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
                              goal=judged["goal"].map("{:.0%}".format),
                              met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}))
         print("value: the best single measurement; median: the best median of any config measured at least twice "
               "there (n: its measurements over runs and rounds)")
+        read = judged.attrs.get("read_run")
+        if read:
+            print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read})")
         for name, g in show.groupby("target", sort=False):
             print(f"\n{name}")
-            g = g.rename(columns={"repeats": "n"})[["problem", "m", "goal", "variant", "us", "value", "median", "n",
-                                                    "met", "run_id"]]
+            cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "run_id"]
+            if read and g["x_read"].notna().any():
+                cols.insert(6, "x_read")
+            g = g.rename(columns={"repeats": "n"})[cols]
             print(g.to_string(index=False, float_format="%.1f"))
         print()
         print(summary(judged).to_string(index=False))
@@ -177,6 +183,36 @@ def cmd_targets(args) -> int:
         for p in save_figure(targets_chart(judged), out.parent, out.stem):
             print(f"chart: {p}")
     return 0 if judged["met"].eq(True).all() else 1
+
+
+def cmd_readfloor(args) -> int:
+    """Time a plain read of each judged memory-bound point's bytes on this GPU into a run (labkit.readfloor)."""
+    import torch
+
+    from .readfloor import FILE, measure, memory_bound
+    from .runs import create_run
+    from .targets import judge
+
+    if not torch.cuda.is_available():
+        print("labkit readfloor: a read floor is measured on a GPU, and torch sees none", file=sys.stderr)
+        return 2
+    gpu = torch.cuda.get_device_name()
+    points = memory_bound(judge(args.runs, gpu=gpu))
+    if not len(points):
+        print(f"labkit readfloor: no judged memory-bound point measured on {gpu}", file=sys.stderr)
+        return 2
+    run = create_run("read-floor", out=args.out, parameters={"points": len(points)})
+    print(f"{run.path}: {len(points)} points", flush=True)
+
+    def progress(row):
+        print(f"{row['problem']:>12s} {row['m']:5d}: read {row['read_us']:8.1f} us ({row['read_gbps']:5.0f} GB/s)",
+              flush=True)
+
+    df = measure(points, progress)
+    run.finish_with(f"{FILE}: per judged memory-bound point, a plain Triton read of its bytes (labkit.readfloor."
+                    "read_call) timed like the sweeps", read_floor=df)
+    print(f"./lab targets now shows each point's best time over its read time (x_read) from {run.path.name}")
+    return 0
 
 
 def cmd_compare(args) -> int:
@@ -568,6 +604,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--chart", metavar="PATH", help="also write the chart there (PATH.html, and .png if possible)")
     p.set_defaults(func=cmd_targets)
+
+    p = sub.add_parser("readfloor", help="time a plain read of each judged memory-bound point's bytes on this GPU "
+                                         "(GPU): ./lab targets then shows how far each best time is from it")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids to judge (default: every run under "
+                                                            "results/)")
+    p.add_argument("--out", help="run folder to write into (default: a new results/<run_id>)")
+    p.set_defaults(func=cmd_readfloor)
 
     p = sub.add_parser("runs", help="list run folders: GPU, date, commit, points ok / incorrect / failed")
     p.add_argument("root", nargs="?", help="folder holding run folders (default results/)")

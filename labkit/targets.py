@@ -23,6 +23,10 @@ configs of options measured and later removed (PERSIST, SLICES, BACKOFF), and a 
 it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
 are for the MXFP4 kernels at bf16 accuracy.
 
+Each point also shows `x_read`, its best time over a plain read of its bytes (labkit.readfloor) at the rate the
+newest read-floor run on that GPU measured there: how far the kernel is from merely reading its weights once,
+launches included (the floor's ceiling, torch.sum over 1 GiB, counts neither the launch nor a faster reader).
+
 Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
 starts while the one before drains, an overlap of back-to-back layers that one call of the op never gets.
 (Unset, the default, launches only an op's own later kernels with PDL: its first waits for the op before.)
@@ -37,6 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .readfloor import newest
 from .results import BASELINES, find_runs, lossy, read_runs, resolve_run, short_config
 from .tables import full_config, runnable
 
@@ -152,12 +157,13 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
         sel = df[(df["op"] == t.op) & df["problem"].isin(t.problems) & df["m"].isin(t.tokens)]
         if t.routing is not None:
             sel = sel[sel["routing"] == t.routing]
-        lab = sel[~sel["variant"].isin(BASELINES) & ~sel["variant"].map(lossy)]  # judged at bf16 accuracy
+        lab = sel[~sel["variant"].isin(BASELINES) & ~sel["variant"].map(lossy).astype(bool)]  # judged at bf16 accuracy
         for problem in t.problems:
             for m in t.tokens:
                 pts = lab[(lab["problem"] == problem) & (lab["m"] == m)]
                 row = {"target": t.name, "issue": t.issue, "problem": problem, "m": m, "goal": t.goal,
-                       "variant": None, "config": None, "us": None, "value": None, "met": None, "run_id": None,
+                       "variant": None, "config": None, "us": None, "bytes": None, "flops": None, "value": None,
+                       "met": None, "run_id": None,
                        "runs": int(pts["run_id"].nunique()), "repeats": 0, "median": None, "met_median": None}
                 if len(pts):  # MoE points of different runs (or samples) touch different experts: rank by fraction
                     best = pts.loc[pts["us_graph" if t.metric == "vs_bf16" else "frac_of_floor"].agg(
@@ -170,15 +176,30 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                         value = float(cublas / best["us_graph"])
                     repeats, median = _repeatable(pts, t.metric, cublas)
                     row.update(variant=best["variant"], config=short_config(best["config"]),
-                               us=float(best["us_graph"]), value=value,
+                               us=float(best["us_graph"]), bytes=float(best["bytes"]), flops=float(best["flops"]),
+                               value=value,
                                met=None if pd.isna(value) else bool(value >= t.goal), run_id=best["run_id"],
                                repeats=repeats, median=median,
                                met_median=None if median is None or pd.isna(median) else bool(median >= t.goal))
                 rows.append(row)
-    out = pd.DataFrame(rows)
+    out = _with_read(pd.DataFrame(rows), paths, ceil)
     out.attrs["ceilings"] = ceil
     out.attrs["runs"] = len(paths)
     return out
+
+
+def _with_read(out: pd.DataFrame, paths: list[Path], ceil: dict) -> pd.DataFrame:
+    """x_read per point: its best time over a plain read of its bytes at the rate the newest read-floor run among
+    `paths` on this GPU measured for that point (labkit.readfloor; NaN where none did), that run's id in
+    attrs["read_run"]."""
+    found = newest(paths, ceil)
+    out.attrs["read_run"] = found[0] if found else None
+    if not found:
+        return out.assign(x_read=float("nan"))
+    rate = found[1].drop_duplicates(["problem", "m"]).set_index(["problem", "m"])["read_gbps"]
+    gbps = [rate.get((p, m), float("nan")) for p, m in zip(out["problem"], out["m"])]
+    x_read = out["us"].astype(float) * pd.Series(gbps, index=out.index) * 1e3 / out["bytes"].astype(float)
+    return out.assign(x_read=x_read)
 
 
 def summary(judged: pd.DataFrame) -> pd.DataFrame:
@@ -201,14 +222,15 @@ def _median_text(r: dict) -> str:
 
 def markdown(judged: pd.DataFrame) -> str:
     """The judged points as a Markdown table, one line per point (for notes and READMEs)."""
-    lines = ["| target | problem | tokens | best | time (us) | value | median (n) | goal | met | run |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| target | problem | tokens | best | time (us) | value | x_read | median (n) | goal | met | run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.to_dict("records"):
         if r["met"] is None:
-            lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | not measured | | | | {r['goal']:.0%} | | |")
+            lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | not measured | | | | | {r['goal']:.0%} | | |")
             continue
         lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | {r['variant']} | {r['us']:.1f} | "
-                     f"{r['value']:.1%} | {_median_text(r)} | {r['goal']:.0%} | "
+                     f"{r['value']:.1%} | {'' if pd.isna(r['x_read']) else format(r['x_read'], '.3f')} | "
+                     f"{_median_text(r)} | {r['goal']:.0%} | "
                      f"{'yes' if r['met'] else 'no'} | {r['run_id']} |")
     return "\n".join(lines)
 

@@ -1,0 +1,104 @@
+"""The plain-read floor: the reader reads every word, points are picked by their floor's term, and targets
+show each best time over the read time of its bytes."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from labkit.cli import main
+from labkit.readfloor import FILE, memory_bound, read_call, read_us
+from labkit.runs import create_run
+from labkit.targets import TARGETS, judge
+from tests.test_targets import GPU, LM_HEAD, _lm_head, _run
+
+
+def test_read_call_sums_every_tile(device):
+    """Each program sums its own tile, the last one partial: so every word is loaded (none is dead code)."""
+    g = torch.Generator().manual_seed(0)
+    words = torch.randint(-1000, 1000, (5 * 256 + 37,), generator=g, dtype=torch.int32).to(device)
+    sums = read_call(words, block=256, warps=4)()
+    want = torch.nn.functional.pad(words.cpu(), (0, 256 - 37)).view(-1, 256).sum(1).to(torch.int32)
+    assert torch.equal(sums.cpu(), want)
+
+
+def test_read_call_wants_one_dimensional_int32():
+    with pytest.raises(ValueError, match="1-D int32"):
+        read_call(torch.zeros(8, dtype=torch.float32))
+    with pytest.raises(ValueError, match="1-D int32"):
+        read_call(torch.zeros(2, 8, dtype=torch.int32))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU message")
+def test_read_us_and_the_cli_need_a_gpu(capsys):
+    with pytest.raises(RuntimeError, match="GPU"):
+        read_us(1 << 20)
+    assert main(["readfloor"]) == 2
+    assert "GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_read_us_on_the_gpu():
+    """64 MB read like a sweep point: a plausible rate (well above PCIe, below the datasheet's HBM)."""
+    t = read_us(64 << 20, reps=10)
+    assert t["copies"] >= 2 and t["read_p10"] <= t["read_us"] <= t["read_p90"]
+    assert 500 < t["read_gbps"] < 5000
+
+
+def _judged(rows):
+    df = pd.DataFrame(rows)
+    df.attrs["ceilings"] = {GPU: {"read_gbps": 3000.0, "bf16_tflops": 800.0}}
+    return df
+
+
+def test_memory_bound_keeps_points_whose_floor_is_the_bytes_term():
+    # 3e8 bytes: 100 us at 3 TB/s; 8e10 flops: 100 us at 800 TFLOP/s (a tie counts as bytes-bound)
+    j = _judged([{"problem": "lm_head", "m": 1, "bytes": 3e8, "flops": 1e9, "us": 110.0, "run_id": "a"},
+                 {"problem": "lm_head", "m": 1, "bytes": 3e8, "flops": 1e9, "us": 110.0, "run_id": "a"},
+                 {"problem": "lm_head", "m": 2048, "bytes": 3e8, "flops": 1e13, "us": 3000.0, "run_id": "b"},
+                 {"problem": "qkv", "m": 64, "bytes": 3e8, "flops": 8e10, "us": 120.0, "run_id": "c"},
+                 {"problem": "moe", "m": 8, "bytes": None, "flops": None, "us": None, "run_id": None}])
+    got = memory_bound(j)
+    assert list(zip(got["problem"], got["m"])) == [("lm_head", 1), ("qkv", 64)]
+
+
+def _read_run(tmp_path, name, rows, gpu=GPU):
+    run = create_run(name, out=tmp_path / name)
+    run.update_meta(gpu=gpu)
+    pd.DataFrame(rows).to_csv(run.path / FILE, index=False)
+    return run.path
+
+
+def test_targets_show_best_time_over_the_read_time(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 110.0), _lm_head(2, 120.0)], read_gbps=3000.0)
+    # the read run measured 3.1e8 bytes at 3100 GB/s; the point holds 3e8 bytes: its read takes 96.8 us
+    r = _read_run(tmp_path, "r", [{"problem": "lm_head", "m": 1, "bytes": 3.1e8, "read_us": 100.0,
+                                   "read_gbps": 3100.0}])
+    out = judge([a, r], targets=[LM_HEAD]).set_index("m")
+    assert out.attrs["read_run"] == "r"
+    assert out.loc[1, "x_read"] == pytest.approx(110.0 / (3.0e8 / 3100e9 * 1e6))
+    assert math.isnan(out.loc[2, "x_read"])  # no read measured at 2 tokens
+    assert main(["targets", "--runs", str(a), str(r)]) == 1  # prints the column (and lm_head 4, 8 unmeasured)
+
+
+def test_targets_take_the_newest_read_run_of_their_gpu_and_the_probes_one_launch_rows(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 110.0)], read_gbps=3000.0)
+    old = _read_run(tmp_path, "r1", [{"problem": "lm_head", "m": 1, "bytes": 3e8, "read_us": 100.0,
+                                      "read_gbps": 3000.0}])
+    probe = _read_run(tmp_path, "r2", [
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 1, "reader": "tile 2048x4B nw4", "read_us": 90.0,
+         "read_gbps": 3333.3},
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 1, "reader": "tile 4096x4B nw8", "read_us": 96.0,
+         "read_gbps": 3125.0}])
+    other_gpu = _read_run(tmp_path, "r3", [{"problem": "lm_head", "m": 1, "bytes": 3e8, "read_us": 50.0,
+                                            "read_gbps": 6000.0}], gpu="NVIDIA B200")
+    out = judge([a, old, probe, other_gpu], targets=[LM_HEAD])
+    assert out.attrs["read_run"] == "r2"
+    assert out.set_index("m").loc[1, "x_read"] == pytest.approx(110.0 / 96.0)
+
+
+def test_targets_without_a_read_run_have_no_x_read(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 110.0)], read_gbps=3000.0)
+    out = judge([a], targets=TARGETS[:1])
+    assert out.attrs["read_run"] is None and out["x_read"].isna().all()
