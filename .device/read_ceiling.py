@@ -26,17 +26,10 @@ import triton.language as tl
 
 from labkit.bench import time_calls
 from labkit.hardware import event_ms, measure_ceilings
+from labkit.readfloor import read_call
 from labkit.runs import probe_run
 
 REPS = 30
-
-
-@triton.jit
-def _tile_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    v = tl.load(x_ptr + offs, mask=offs < n, other=0)
-    tl.store(out_ptr + pid, tl.sum(v, axis=0))
 
 
 @triton.jit
@@ -47,13 +40,6 @@ def _grid_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = start + tl.arange(0, BLOCK)
         acc += tl.load(x_ptr + offs, mask=offs < n, other=0)
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
-def tile_reader(xi, block=4096, warps=8):
-    """A call reading int32 buffer xi once with _tile_sum (one BLOCK-word tile per program)."""
-    n = xi.numel()
-    out = torch.empty(triton.cdiv(n, block), device=xi.device, dtype=torch.int32)
-    return lambda: _tile_sum[(triton.cdiv(n, block),)](xi, out, n, BLOCK=block, num_warps=warps)
 
 
 def gbps(nbytes, fn):
@@ -77,7 +63,7 @@ def readers():
                          ("torch.amax fp32", x.amax)):
             rows.append((name, label, *gbps(nbytes, fn)))
         for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
-            rows.append((f"triton tile {block}x4B nw{warps}", label, *gbps(nbytes, tile_reader(xi, block, warps))))
+            rows.append((f"triton tile {block}x4B nw{warps}", label, *gbps(nbytes, read_call(xi, block, warps))))
         for per_sm, block in ((4, 2048), (8, 1024), (2, 4096)):
             out = torch.empty(sms * per_sm, device="cuda", dtype=torch.int32)
             rows.append((f"triton grid-stride {per_sm}/SM {block}x4B", label,
@@ -102,7 +88,7 @@ def read_floor(points: pd.DataFrame, ceiling_gbps: float):
             for block, warps in ((2048, 4), (4096, 8)):
                 calls = []
                 for b in bufs:
-                    fns = [tile_reader(x, block, warps) for x in b]
+                    fns = [read_call(x, block, warps) for x in b]
                     calls.append(lambda fns=fns: [f() for f in fns])
                 t = time_calls(calls, reps=40)
                 us = t["us_graph"]
