@@ -41,7 +41,7 @@ import torch
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
-from .prepare import shuffle_nibbles, tail_half, tile_mxfp4
+from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -685,6 +685,8 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
+    if cfg.get("STEP_MAJOR") and not cfg.get("TMA"):
+        return "STEP_MAJOR lays the weight out for TMA's boxes (it needs TMA)"
     if cfg.get("TAIL") and (cfg.get("TMA") != 2 or c != 1):
         return "TAIL lands the K tail's half chunk and x's by TMA, beside a ring of one-chunk steps (TMA=2, CHUNKS=1)"
     if ring_w and not cfg.get("TILED"):
@@ -750,20 +752,26 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def tma_descriptors(p, NG: int, CHUNKS: int):
+def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False):
     """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
     words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
     (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. An expert stack [E, N, K]
-    is viewed as E * G groups (expert e's group g is e * G + g). Made once per box shape and cached on p."""
+    is viewed as E * G groups (expert e's group g is e * G + g). step_major_copy: the same views of
+    prepare.step_major's copy (chunks outermost in memory), so the boxes land exactly as they do from p. Made
+    once per box shape and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
-    if (NG, CHUNKS) not in cache:
+    key = (NG, CHUNKS, step_major_copy)
+    if key not in cache:
         G, KC = p.words.shape[:-3].numel(), p.words.shape[-3]
-        cache[NG, CHUNKS] = (
-            TensorDescriptor(p.words, [G, KC, 256], [KC * 256, 256, 1], [NG, CHUNKS, 256],
+        words, scales = step_major(p) if step_major_copy else (p.words, p.scales)
+        wstride, sstride = ([256, G * 256, 1], [G * 64, 64, 1]) if step_major_copy else \
+            ([KC * 256, 256, 1], [64, KC * 64, 1])
+        cache[key] = (
+            TensorDescriptor(words, [G, KC, 256], wstride, [NG, CHUNKS, 256],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
-            TensorDescriptor(p.scales, [KC, G, 64], [64, KC * 64, 1], [CHUNKS, NG, 64],
+            TensorDescriptor(scales, [KC, G, 64], sstride, [CHUNKS, NG, 64],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
-    return cache[NG, CHUNKS]
+    return cache[key]
 
 
 @functools.cache
@@ -793,7 +801,8 @@ def tail_descriptors(p, NG: int):
 
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
-                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False):
+                 WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
+                 STEP_MAJOR=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -808,7 +817,9 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (with TMA=2,
     CHUNKS=1; a no-op unless K % 128 == 64, and without a GPU, where the interpreter twin reads the zero-padded
     chunk): the last chunk, half padding, runs as a half step from tail_half's copy (half the bytes, decode and
-    wgmmas), against x_to_f16's half_tail order."""
+    wgmmas), against x_to_f16's half_tail order. STEP_MAJOR (with TMA): the boxes read prepare.step_major's copy
+    (made on first use, cached), where a step's words are one piece and the programs running together read
+    neighbouring pieces; without a GPU the interpreter twin reads the tiled copy."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -829,7 +840,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     elif WGMMA:
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS) if TMA else (None, None)
+        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS, bool(STEP_MAJOR)) if TMA else (None, None)
         tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
         LWH, SWH = tail_layouts(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)

@@ -498,6 +498,67 @@ def test_gemv_mma_tail_matches_the_padded_chunk(m, n, k):
             assert rel_err(yg, ref) < tol("gemv_mma"), (cfg, stages)
 
 
+def test_step_major_is_the_tiled_copy_chunks_outermost(device):
+    """step_major: chunk c of group g sits at [c, g] (words and scale bytes, unchanged), for the whole expert
+    stack's groups too; cached; refused on a row-major weight."""
+    from kernels.prepare import step_major
+
+    _, w, _, _ = make(1, 200, 320, seed=5, dev=device)
+    t = K.shuffle_nibbles(K.tile_mxfp4(w))
+    sw, ss = step_major(t)
+    G, KC = t.words.shape[:2]
+    assert sw.shape == (KC, G, 16, 16) and ss.shape == (KC, G, 16, 4) and sw.is_contiguous()
+    for c in range(KC):
+        for g in range(G):
+            assert torch.equal(sw[c, g], t.words[g, c]) and torch.equal(ss[c, g], t.scales[g, c])
+    assert step_major(t)[0] is sw  # cached
+    stack = K.tile_mxfp4(K.quantize_mxfp4(torch.randn(3, 40, 256, generator=torch.Generator().manual_seed(6)))
+                         .to(device))
+    sw3, _ = step_major(stack)
+    assert torch.equal(sw3, stack.words.reshape(-1, *stack.words.shape[-3:]).transpose(0, 1))
+    with pytest.raises(ValueError, match="tile"):
+        step_major(K.prepare_mxfp4(w))
+
+
+def test_gemv_mma_step_major_rule_and_twin(device):
+    """STEP_MAJOR sets where TMA's boxes read from: refused without TMA (and without WGMMA). Without a GPU the
+    twin reads the tiled copy: the same bits as the config without it."""
+    v = LINEAR["gemv_mma"]
+    prob = {"m": 3, "n": 300, "k": 192}
+    cfg = {**v.defaults, "BLOCK_M": 8, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, "NIB": True,
+           "STEP_MAJOR": True}
+    assert v.reason(cfg, prob) is None
+    assert "needs TMA" in v.reason({**cfg, "TMA": False}, prob)
+    assert "only with WGMMA" in v.reason({**v.defaults, "STEP_MAJOR": True}, prob)
+    if device != "cpu":
+        return  # compiled, STEP_MAJOR reads the step-major copy: test_gemv_mma_step_major_is_bit_identical
+    x, w, b, ref = make(3, 300, 192, seed=4, dev=device)
+    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "STEP_MAJOR": False}))
+    assert rel_err(y, ref) < tol("gemv_mma")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 200, 64), (3, 300, 192), (17, 72, 2880), (9, 1000, 512)])
+def test_gemv_mma_step_major_is_bit_identical(m, n, k):
+    """The step-major copy's boxes land in the ring slots exactly as the tiled copy's: the same bits, with TAIL
+    and EARLY, 2-4 slots, two chunks a step, TMA=1 and under a CUDA graph."""
+    x, _, b, _ = make(m, n, k, seed=m + n, dev="cuda")
+    w = wide_span_weight(n, k, seed=n + 3, dev="cuda")
+    for cfg in ({"BLOCK_M": 8, "ROWS": 2, "STAGES": 3, "NIB": True, "TMA": 2, "TAIL": True, "EARLY": True},
+                {"BLOCK_M": 16, "ROWS": 1, "STAGES": 4, "TMA": 2},
+                {"BLOCK_M": 8, "ROWS": 2, "STAGES": 2, "TMA": True, "CHUNKS": 2, "NIB": True},
+                {"BLOCK_M": 64, "ROWS": 2, "STAGES": 3, "NIB": True, "TMA": 2, "MAXNREG": 168}):
+        cfg = {"CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, **cfg}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            yg = K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "STEP_MAJOR": True})
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(yg, y), cfg
+
+
 @pytest.mark.gpu
 def test_gemv_h2g_maxnreg_and_early_are_bit_identical():
     """MAXNREG only caps the registers ptxas may use (it reschedules, the arithmetic stays): capped builds give
