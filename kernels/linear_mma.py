@@ -128,10 +128,16 @@ def _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIA
 
 
 @triton.jit
-def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr):
+def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr, SM: tl.constexpr = False, GT=0):
     """Offsets of K step 0's words [rows, chunks, lanes t, i] and scale bytes [rows, chunks, t]: row-major
-    (rows KW words apart) or tile_mxfp4's chunk-major layout (16-row groups, 128-K chunks of 16 x 16 words)."""
-    if TILED:
+    (rows KW words apart) or tile_mxfp4's chunk-major layout (16-row groups, 128-K chunks of 16 x 16 words);
+    SM: prepare.step_major's copy of it (chunks outermost, GT groups a chunk)."""
+    if TILED and SM:
+        wrow = tl.multiple_of((rows // 16) * 256 + (rows % 16) * 16, 16)
+        srow = (rows // 16) * 64 + (rows % 16) * 4
+        wc = cc * (GT * 256)
+        sc = cc * (GT * 64)
+    elif TILED:
         kc = (KW + 15) // 16
         wrow = tl.multiple_of((rows // 16) * (kc * 256) + (rows % 16) * 16, 16)
         srow = (rows // 16) * (kc * 64) + (rows % 16) * 4
@@ -190,7 +196,8 @@ if gluon is not None:
         return gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, LW)))
 
     @gluon.jit
-    def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr):
+    def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
+                        SM: gl.constexpr = False, GT=0):
         """Step 0's word offsets [rows, chunks, 4 (t), 4 (i)] (layout LW) and scale-byte offsets of weight rows
         `rows` (layout row_layout(LW)), with each lane's K positions for the tail masks: its first word
         (group) and its MXFP4 block (block)."""
@@ -199,7 +206,7 @@ if gluon is not None:
         cc = gl.arange(0, CHUNKS, layout=gl.SliceLayout(0, LC))
         t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
         i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LW))))
-        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED)
+        wofs, sofs = _g_tile_offsets(rows, cc, t, i, KW, TILED, SM, GT)
         group = (cc * 16)[None, :, None, None] + (t * 4)[None, None, :, None]  # a lane's 4 words: in or out of K
         block = (cc * 4)[None, :, None] + t[None, None, :]
         return wofs, sofs, group, block
@@ -329,19 +336,25 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c, steps, KW, KB,
-                      STEP: gl.constexpr, STAGES: gl.constexpr, xok=None):
+                      STEP: gl.constexpr, STAGES: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
         layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
-        group; past the last step nothing (zero-filled)."""
+        group; past the last step nothing (zero-filled). SM: from prepare.step_major's copy (a chunk GT groups)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
-        async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (STEP * 16),
+        if SM:
+            cw = GT * 256  # words and scale bytes from one chunk to the next
+            cs = GT * 64
+        else:
+            cw = 256
+            cs = 64
+        async_copy.async_copy_global_to_shared(wsm.index(slot), w_ptr + wofs + c * (CHUNKS * cw),
                                                mask=c * STEP + group < KW)
         NB4: gl.constexpr = ssm.shape[1] // CHUNKS  # rows // 4
         for q in gl.static_range(CHUNKS):
             async_copy.async_copy_global_to_shared(ssm.index(slot).slice(q * NB4, NB4),
-                                                   s_ptr + scofs + (c * CHUNKS + q) * 64,
+                                                   s_ptr + scofs + (c * CHUNKS + q) * cs,
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
         async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
@@ -351,7 +364,7 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, xok=None):
+                        NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -366,13 +379,13 @@ if gluon is not None:
         steps = gl.cdiv(KW, STEP)
         for q in gl.static_range(STAGES - 1):
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
-                          STEP, STAGES, xok)
+                          STEP, STAGES, xok, SM, GT)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
             _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c + STAGES - 1,
-                          steps, KW, KB, STEP, STAGES, xok)
+                          steps, KW, KB, STEP, STAGES, xok, SM, GT)
             slot = c % STAGES
             v = wsm.index(slot).load(LW)
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
@@ -558,7 +571,7 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_scale_copy(rows, KW, LSC: gl.constexpr):
+    def _g_scale_copy(rows, KW, LSC: gl.constexpr, SM: gl.constexpr = False):
         """Offsets [rows // 4, 16] (copy layout LSC) of the scale bytes of chunk 0 of step 0 in tile_mxfp4's
         layout: tile positions 4i .. 4i + 3 read weight rows g .. g + 3, g = rows[4i] rounded down to a multiple
         of 4, whose 4 bytes each are 16 contiguous bytes (one 16-byte copy, not four 4-byte ones). The tile's
@@ -569,7 +582,10 @@ if gluon is not None:
         g = gl.min(gl.reshape(gl.convert_layout(rows, LR), [NB // 4, 4]), axis=1) // 4 * 4
         g = gl.convert_layout(g, gl.SliceLayout(1, LSC))
         b = gl.arange(0, 16, layout=gl.SliceLayout(0, LSC))
-        base = gl.multiple_of((g // 16) * (((KW + 15) // 16) * 64) + (g % 16) * 4, 16)
+        if SM:  # prepare.step_major's copy: a chunk's groups side by side
+            base = gl.multiple_of((g // 16) * 64 + (g % 16) * 4, 16)
+        else:
+            base = gl.multiple_of((g // 16) * (((KW + 15) // 16) * 64) + (g % 16) * 4, 16)
         return gl.max_contiguous(gl.multiple_of(base[:, None] + b[None, :], [16, 16]), [1, 16])
 
     @gluon.jit
@@ -578,11 +594,13 @@ if gluon is not None:
                       LW: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
-                      xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None):
+                      xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
+                      GT=0):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
-        to make (x_live; not with TMA=2)."""
+        to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
+        a chunk."""
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
@@ -590,13 +608,13 @@ if gluon is not None:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
                                  A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH)
         else:
-            wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW)
+            wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:
                 wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
-                scofs = _g_scale_copy(rows, K // 8, LSC)
+                scofs = _g_scale_copy(rows, K // 8, LSC, SM)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok)
+                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)
@@ -609,7 +627,7 @@ if gluon is not None:
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
-                   SWH: gl.constexpr = None):
+                   SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies."""
@@ -622,7 +640,7 @@ if gluon is not None:
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -685,8 +703,8 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "TMA copies the weights of RING_W's ring (it needs RING_W)"
     if cfg.get("EARLY") and not cfg.get("TMA"):
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
-    if cfg.get("STEP_MAJOR") and not cfg.get("TMA"):
-        return "STEP_MAJOR lays the weight out for TMA's boxes (it needs TMA)"
+    if cfg.get("STEP_MAJOR") and not ring_w:
+        return "STEP_MAJOR lays out the weights the ring copies (it needs RING_W)"
     if cfg.get("TAIL") and (cfg.get("TMA") != 2 or c != 1):
         return "TAIL lands the K tail's half chunk and x's by TMA, beside a ring of one-chunk steps (TMA=2, CHUNKS=1)"
     if ring_w and not cfg.get("TILED"):
@@ -817,9 +835,9 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (with TMA=2,
     CHUNKS=1; a no-op unless K % 128 == 64, and without a GPU, where the interpreter twin reads the zero-padded
     chunk): the last chunk, half padding, runs as a half step from tail_half's copy (half the bytes, decode and
-    wgmmas), against x_to_f16's half_tail order. STEP_MAJOR (with TMA): the boxes read prepare.step_major's copy
-    (made on first use, cached), where a step's words are one piece and the programs running together read
-    neighbouring pieces; without a GPU the interpreter twin reads the tiled copy."""
+    wgmmas), against x_to_f16's half_tail order. STEP_MAJOR (with RING_W): the ring's copies (or TMA's boxes)
+    read prepare.step_major's copy (made on first use, cached), where a step's words are one piece and the
+    programs running together read neighbouring pieces; without a GPU the interpreter twin reads the tiled copy."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -849,9 +867,15 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK // 2],
                                   gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK // 2], gl.float16)) \
             if tail else None
+        gt = 0
+        if STEP_MAJOR and not TMA:  # the ring's copies read the step-major copy
+            sw, ss = step_major(p)
+            gt = sw.shape[1]
+            args = (*args[:2], sw, ss, *args[4:])
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
+                               SM=bool(STEP_MAJOR) and not TMA, GT=gt,
                                num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:

@@ -46,7 +46,7 @@ from .linear_mma import (
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
-from .prepare import shuffle_nibbles, tile_mxfp4
+from .prepare import shuffle_nibbles, step_major, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, wait_count
 from .trace import clock_ns, trace_args, trace_store
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -417,7 +417,8 @@ if gluon is not None:
                    STAGES: gl.constexpr, RING_W: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
-                   LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr):
+                   LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
+                   SM: gl.constexpr = False, GT=0):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build; returns the
         trace's past-the-wait time (t_wait, updated by CHAIN's wait)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
@@ -453,7 +454,8 @@ if gluon is not None:
                 g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
         acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
                             x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                            SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1)
+                            SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1, SM=SM,
+                            GT=GT)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
             pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
             acc_a, acc_b = gl.split(pair)
@@ -489,7 +491,8 @@ if gluon is not None:
                        SS: gl.constexpr, LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED,
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
-                       LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr):
+                       LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
+                       SM: gl.constexpr = False, GT=0):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -527,21 +530,21 @@ if gluon is not None:
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H)
+                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT)
                 else:
                     t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                         OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX)
+                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT)
             else:
                 t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                     OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                     chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                     TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                     TRACE,
-                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX)
+                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
@@ -581,9 +584,16 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         tma = int(cfg.get("TMA") or 0)
+        sm = bool(cfg.get("STEP_MAJOR"))
         wdesc = sdesc = xdesc = None
         if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
-            wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"])
+            wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"], sm)
+        gt = 0
+        if sm:  # the ring reads the step-major copy: expert e's group g is group e * G + g of every chunk
+            sw, ss = step_major(p)
+            groups = p.words.shape[1]
+            gt = sw.shape[1]
+            args = (*args[:4], sw, ss, *args[6:-2], groups * 256, groups * 64)
         half = bool(cfg.get("HALF"))
         LW_H, LXCP_H, MMA_H, SX_H = wg_layouts(BM // 2, cfg["ROWS"], cfg["CHUNKS"], nw) if half else (LW, LXCP, MMA, SX)
         xdesc_h = None
@@ -599,7 +609,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
-                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, **extra)
+                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=sm, GT=gt, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -615,7 +625,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False):
+                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
+                STEP_MAJOR=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -639,7 +650,10 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
     mlp2. HALF (WGMMA): token tiles holding at most BLOCK_M / 2 positions (an expert's last, part-filled one) run a
     half-width build of the program (wgmma N = BLOCK_M / 2), the others the full one; the interpreter runs the
-    same arithmetic either way. x16 (plane-major) is not used."""
+    same arithmetic either way. STEP_MAJOR (WGMMA, RING_W): the ring's copies (or TMA's boxes) read
+    prepare.step_major's copy of the tiled weights (made on first use, cached), where a step's words are one
+    piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy.
+    x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -650,7 +664,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -689,7 +703,7 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP", "TMA"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
     if cfg.get("TMA") and cfg["CHUNKS"] != 1:
@@ -741,10 +755,10 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True)},
+           "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False, "STEP_MAJOR": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

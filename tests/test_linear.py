@@ -521,14 +521,15 @@ def test_step_major_is_the_tiled_copy_chunks_outermost(device):
 
 
 def test_gemv_mma_step_major_rule_and_twin(device):
-    """STEP_MAJOR sets where TMA's boxes read from: refused without TMA (and without WGMMA). Without a GPU the
-    twin reads the tiled copy: the same bits as the config without it."""
+    """STEP_MAJOR sets where the ring's copies (or TMA's boxes) read from: refused without RING_W (and without
+    WGMMA). Without a GPU the twin reads the tiled copy: the same bits as the config without it."""
     v = LINEAR["gemv_mma"]
     prob = {"m": 3, "n": 300, "k": 192}
     cfg = {**v.defaults, "BLOCK_M": 8, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, "NIB": True,
            "STEP_MAJOR": True}
     assert v.reason(cfg, prob) is None
-    assert "needs TMA" in v.reason({**cfg, "TMA": False}, prob)
+    assert v.reason({**cfg, "TMA": False}, prob) is None
+    assert "needs RING_W" in v.reason({**cfg, "TMA": False, "RING_W": False}, prob)
     assert "only with WGMMA" in v.reason({**v.defaults, "STEP_MAJOR": True}, prob)
     if device != "cpu":
         return  # compiled, STEP_MAJOR reads the step-major copy: test_gemv_mma_step_major_is_bit_identical
@@ -541,14 +542,16 @@ def test_gemv_mma_step_major_rule_and_twin(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,k", [(1, 200, 64), (3, 300, 192), (17, 72, 2880), (9, 1000, 512)])
 def test_gemv_mma_step_major_is_bit_identical(m, n, k):
-    """The step-major copy's boxes land in the ring slots exactly as the tiled copy's: the same bits, with TAIL
-    and EARLY, 2-4 slots, two chunks a step, TMA=1 and under a CUDA graph."""
+    """The step-major copy lands in the ring slots exactly as the tiled copy: the same bits, by TMA boxes (with
+    TAIL and EARLY, 2-4 slots, two chunks a step, TMA=1) and by cp.async copies, under a CUDA graph."""
     x, _, b, _ = make(m, n, k, seed=m + n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 3, dev="cuda")
     for cfg in ({"BLOCK_M": 8, "ROWS": 2, "STAGES": 3, "NIB": True, "TMA": 2, "TAIL": True, "EARLY": True},
                 {"BLOCK_M": 16, "ROWS": 1, "STAGES": 4, "TMA": 2},
                 {"BLOCK_M": 8, "ROWS": 2, "STAGES": 2, "TMA": True, "CHUNKS": 2, "NIB": True},
-                {"BLOCK_M": 64, "ROWS": 2, "STAGES": 3, "NIB": True, "TMA": 2, "MAXNREG": 168}):
+                {"BLOCK_M": 64, "ROWS": 2, "STAGES": 3, "NIB": True, "TMA": 2, "MAXNREG": 168},
+                {"BLOCK_M": 8, "ROWS": 2, "STAGES": 3, "NIB": True},
+                {"BLOCK_M": 16, "ROWS": 1, "STAGES": 4, "CHUNKS": 2}):
         cfg = {"CHUNKS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, **cfg}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
         g = torch.cuda.CUDAGraph()

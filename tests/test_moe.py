@@ -697,9 +697,29 @@ def test_moe_mma_tma_copies_are_bit_identical(device):
     assert v.reason({**v.defaults, **cfg, "TMA": True, "CHAIN": True}, problem) is None
 
 
+def test_moe_mma_step_major_is_bit_identical(device):
+    """STEP_MAJOR: the ring's cp.async copies (or TMA's boxes) read prepare.step_major's copy of the tiled
+    weights, where expert e's group g of chunk c sits at [c, e * G + g]: the same bytes reach the same slots, so
+    the bits do not change (tiles of 8, 16 and 64 rows, mlp1's gate and linear halves, CHAIN, ROWS2, HALF, both
+    TMA modes). The interpreter reads the tiled copy: on the CPU this checks the plumbing and the rules."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    dw, x, r, ref = odd_layer(17, 21, 5, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 1}, {"BLOCK_M": 8, "ROWS": 2, "ROWS2": 1},
+                  {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True}, {"BLOCK_M": 64, "ROWS": 2, "STAGES": 4},
+                  {"BLOCK_M": 16, "ROWS": 1, "TMA": True}, {"BLOCK_M": 64, "ROWS": 2, "TMA": 2, "CHAIN": True}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, **extra})
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, **extra, "STEP_MAJOR": True}), y), extra
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "STEP_MAJOR": True}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "STEP_MAJOR": True}, problem)
+    assert "needs RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "STEP_MAJOR": True}, problem)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("opts", [{"TMA": 2}, {"CHAIN": True}, {"TMA": 2, "CHAIN": True},
-                                  {"TMA": 2, "CHAIN": True, "HALF": True}])
+                                  {"TMA": 2, "CHAIN": True, "HALF": True}, {"CHAIN": True, "STEP_MAJOR": True},
+                                  {"TMA": 2, "CHAIN": True, "STEP_MAJOR": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
