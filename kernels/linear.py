@@ -455,7 +455,7 @@ register(Variant(
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
                 "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
                 "first copies before the PDL wait; TAIL: a half last chunk as a half step, from tail_half; "
-                "STEP_MAJOR: TMA reads prepare.step_major's copy); "
+                "STEP_MAJOR: the ring reads prepare.step_major's copy); "
                 "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
 register(Variant(

@@ -589,7 +589,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
             wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"], sm)
         gt = 0
-        if sm:  # the ring reads the step-major copy: expert e's group g is group e * G + g of every chunk
+        ring_sm = sm and not tma  # TMA's boxes find the copy through their descriptors, the cp.async ring here
+        if ring_sm:  # expert e's group g is group e * G + g of every chunk
             sw, ss = step_major(p)
             groups = p.words.shape[1]
             gt = sw.shape[1]
@@ -609,7 +610,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
-                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=sm, GT=gt, **extra)
+                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
