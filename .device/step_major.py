@@ -61,6 +61,9 @@ def main():
                     calls = [lambda x=x, sm=step_major, s=stages, nw=warps: _steps_sum[(PROGRAMS,)](
                         x, out, STEPS, GROUPS, BLOCK_W, sm, s, num_warps=nw) for x in copies]
                     t = time_calls(calls, reps=40)
+                    # every word read once: the programs' int32 sums add up to the buffer's (both mod 2^32)
+                    total = (out.to(torch.int64).sum() - copies[-1].to(torch.int64).sum()).item()
+                    assert total % 2**32 == 0, (step_major, stages, warps)
                     rows.append({"round": rnd, "reader": "step-major" if step_major else "tiled", "stages": stages,
                                  "warps": warps, "us": t["us_graph"], "p10": t["us_graph_p10"],
                                  "p90": t["us_graph_p90"]})
