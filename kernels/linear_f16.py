@@ -79,11 +79,11 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
                 PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False,
-                BLOCK_F: tl.constexpr = 0):
+                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
     GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0.
     BLOCK_F (a power of two >= K): the row is split over the grid's second axis, BLOCK_K positions a program
-    (x16_slice), instead of one program a row."""
+    (x16_slice), instead of one program a row. ZERO: the same programs also zero row m of z ([M, K] bf16)."""
     pdl_enter()
     p = tl.program_id(0)
     if GATHER:
@@ -99,6 +99,18 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
                   HALF)
     else:
         x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF)
+    if ZERO:  # the row's positions this program stores (the whole row without BLOCK_F), by one of its slots
+        z_row = z_ptr + m.to(tl.int64) * K
+        z_end = K
+        if GATHER:
+            z_end = tl.where(keep, K, 0)
+        if BLOCK_F:
+            zk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+            tl.store(z_row + zk, tl.zeros((BLOCK_K,), tl.bfloat16), mask=zk < z_end)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                zk = k0 + tl.arange(0, BLOCK_K)
+                tl.store(z_row + zk, tl.zeros((BLOCK_K,), tl.bfloat16), mask=zk < z_end)
 
 
 @triton.jit
@@ -201,7 +213,7 @@ SPLIT_ROWS = int(os.environ.get("LAB_X16_SPLIT_ROWS", "16"))
 
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
              rows: torch.Tensor | None = None, top_k: int = 1,
-             half_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             half_tail: bool = False, zero: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -219,10 +231,15 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     half_tail (logical, K % 128 == 64, one chunk of padding at most): the last chunk's 64 elements in the logical
     order of a 64-K step (position 32 i + 16 s + 8 h + 2 t + e holds element 16 t + 8 i + 4 e + 2 s + h), zeros
     after them: gemv_mma's TAIL multiplies them as a half step. Every other reader takes the 128-K order.
+
+    zero (bf16 [M, K], contiguous): zeroed by the same launch (moe_mma ATOMIC adds the layer's rows into it, so
+    it needs no launch of its own to be cleared).
     """
     M, K = x.shape
     if half_tail and not (logical and K % 128 == 64 and pad <= 128):
         raise ValueError(f"half_tail needs logical order, K % 128 == 64 and pad <= 128; got K={K}, pad={pad}")
+    if zero is not None and (zero.shape != (M, K) or zero.dtype != torch.bfloat16 or not zero.is_contiguous()):
+        raise ValueError(f"zero must be a contiguous bf16 [{M}, {K}] tensor, got {zero.dtype} {tuple(zero.shape)}")
     if logical:
         pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
@@ -236,12 +253,12 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         _x16_kernel[(S, triton.cdiv(width, SLICE))](
             x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE, PLANES=False,
             LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
-            **pdl_launch())
+            z_ptr=zero, ZERO=zero is not None, **pdl_launch())
     elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
                           BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,
-                          num_warps=4 if block <= 2048 else 8, **pdl_launch())
+                          num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, **pdl_launch())
     return o, xs
 
 

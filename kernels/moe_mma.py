@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
+from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -121,14 +121,16 @@ def _epi_bias(j, e, b_ptr, N, PHASE: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale, SMAX,
-              PHASE: tl.constexpr, LOGICAL: tl.constexpr):
+              PHASE: tl.constexpr, LOGICAL: tl.constexpr, sorted_ptr, TOPK, ATOMIC: tl.constexpr):
     """acc [columns j, sorted positions rm] with _epi_token's tok and _epi_bias' rows -> mlp1: SwiGLU(gate acc_a,
     linear acc_b) * act_scale as fp16 at act[rm, word-major (LOGICAL: logical K order) position of j] (row width
     OUTW); mlp2: (acc_a + b2) * gate weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread
     over the last 128-chunks of a row of OUTW (whole K steps): the program holding column j zeroes padding
     columns N / 2 * (q + 1) + j (mlp2 reads them); J0, the program's first column, bounds that loop, so programs
     whose columns reach no padding column skip it (it was 4% of the 20b mlp1's executed instructions at 8192
-    tokens)."""
+    tokens). ATOMIC (mlp2): the bf16 rows are added into out[token of rm, j] ([T, N], zeroed beforehand) by
+    relaxed atomics instead of stored at y[rm, j]; the interpreter, whose programs run one at a time, adds with a
+    load and a store."""
     mmask = rm < end
     if PHASE == 1:
         half = N // 2
@@ -150,17 +152,28 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
     else:
         wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
         y = acc_a * (wscale / act_scale) + bias_a.to(tl.float32)
-        tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * tok).to(tl.bfloat16),
-                 mask=mmask[None, :] & (j < N)[:, None])
+        ymask = mmask[None, :] & (j < N)[:, None]
+        if ATOMIC:  # an expert holds a token once, so a program's rows are distinct tokens
+            token = tl.load(sorted_ptr + rm, mask=mmask, other=0) // TOPK
+            dst = out_ptr + token[None, :].to(tl.int64) * N + j[:, None]
+            if INTERP:
+                tl.store(dst, (tl.load(dst, mask=ymask, other=0.0).to(tl.float32)
+                               + (y * tok).to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16), mask=ymask)
+            else:
+                tl.atomic_add(dst, (y * tok).to(tl.bfloat16), mask=ymask, sem="relaxed")
+        else:
+            tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * tok).to(tl.bfloat16), mask=ymask)
 
 
 @triton.jit
 def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
-                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr):
+                  LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
+                  ATOMIC: tl.constexpr = False):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
-    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel)."""
+    (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
+    ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel)."""
     tile = tl.program_id(0)
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
@@ -205,7 +218,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
         tok = _epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         bias_a, bias_b = _epi_bias(j, e, b_ptr, N, PHASE)
         _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                  alpha, limit, act_scale, SMAX, PHASE, LOGICAL)
+                  alpha, limit, act_scale, SMAX, PHASE, LOGICAL, sorted_ptr, TOPK, ATOMIC)
         if CHAIN:
             _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
 
@@ -331,7 +344,7 @@ if gluon is not None:
             tok = _g_epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             bias_a, bias_b = _g_epi_bias(j, e, b_ptr, N, PHASE)
             _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                        alpha, limit, act_scale, SMAX, PHASE, False)
+                        alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
 
     @gluon.jit
@@ -408,7 +421,7 @@ if gluon is not None:
             tok = _g_epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             bias_a, bias_b = _g_epi_bias(j, e, b_ptr, N, PHASE)
             _g_epilogue(acc_a, acc_b, j, gl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                        alpha, limit, act_scale, SMAX, PHASE, False)
+                        alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
     @gluon.jit
     def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
@@ -418,7 +431,7 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
-                   SM: gl.constexpr = False, GT=0):
+                   SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build; returns the
         trace's past-the-wait time (t_wait, updated by CHAIN's wait)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
@@ -474,7 +487,7 @@ if gluon is not None:
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                    alpha, limit, act_scale, SMAX, PHASE, True)
+                    alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC)
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
@@ -492,7 +505,7 @@ if gluon is not None:
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
-                       SM: gl.constexpr = False, GT=0):
+                       SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -509,7 +522,8 @@ if gluon is not None:
         positions m0.. of an expert-sorted copy (mlp1: x gathered per position; mlp2: act itself). TRACE: each
         program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM). HALF: a tile holding at
         most BLOCK_M / 2 positions runs the half-width build of the same program (wgmma N = BLOCK_M / 2; layouts
-        *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much."""
+        *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much. ATOMIC (mlp2):
+        the gate-weighted rows are added into the layer output (_epilogue), no combine launch after."""
         t_start = 0
         t_wait = 0
         if TRACE:
@@ -530,21 +544,21 @@ if gluon is not None:
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT)
+                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC)
                 else:
                     t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                         OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT)
+                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC)
             else:
                 t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                     OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                     chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                     TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                     TRACE,
-                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT)
+                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
@@ -573,7 +587,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     meta = dict(PHASE=phase, EP=expert_span(E), BLOCK_M=BM, BLOCK_N=BN, CHUNKS=cfg["CHUNKS"], TILED=cfg["TILED"],
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
-        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained)
+        _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained,
+                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2)
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -610,7 +625,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
-                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt, **extra)
+                             MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
+                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -627,7 +643,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False):
+                STEP_MAJOR=False, ATOMIC=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -654,26 +670,33 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     same arithmetic either way. STEP_MAJOR (WGMMA, RING_W): the ring's copies (or TMA's boxes) read
     prepare.step_major's copy of the tiled weights (made on first use, cached), where a step's words are one
     piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy.
+    ATOMIC (WGMMA; with combine only): mlp2 adds its gate-weighted bf16 rows into the layer output by atomics
+    (x_to_f16's launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies
+    from run to run, and each rounds to bf16 (the combine sums in fp32 and rounds once).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
     step = 128 * CHUNKS  # WGMMA copies whole steps of x unmasked: rows padded to them, zeros past K
     act = torch.empty((S, -(-I // step) * step if WGMMA else I), device=x.device, dtype=torch.float16)
-    y = torch.empty((S, H), device=x.device, dtype=torch.bfloat16)
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
+    atomic = bool(ATOMIC and combine)
+    y = torch.empty((T, H) if atomic else (S, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
     gather = TMA == 2 and WGMMA and not INTERPRETED and gluon is not None
-    xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k)
+    xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
+                      zero=y if atomic else None)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
+    if atomic:
+        return y
     slots = MoESlots(y, r.inverse, r.top_k)
     return slots.combine() if combine else slots
 
@@ -704,7 +727,7 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR", "ATOMIC"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
     if cfg.get("TMA") and cfg["CHUNKS"] != 1:
@@ -756,10 +779,12 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
-           "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True)},
+           "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
+           "ATOMIC": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False, "STEP_MAJOR": False},
+              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False, "STEP_MAJOR": False,
+              "ATOMIC": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

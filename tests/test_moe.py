@@ -716,10 +716,58 @@ def test_moe_mma_step_major_is_bit_identical(device):
     assert "needs RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "STEP_MAJOR": True}, problem)
 
 
+def test_moe_mma_atomic_combine(device):
+    """ATOMIC: mlp2 adds each gate-weighted bf16 row into the layer output (zeroed by x_to_f16's launch) instead
+    of storing it for the combine launch. Each addition rounds to bf16, so with k > 2 the bits depend on the
+    order; with this layer's k = 2 they do not (0 + a is exact, then a + b rounds once, as the combine's fp32
+    sum does): the output must equal the combine's bits (tiles of 8, 16 and 64 rows, CHAIN, HALF, ROWS2,
+    EPI_EARLY, both TMA modes, STEP_MAJOR). With combine=False the option is ignored (the rows are kept for
+    kernels.add_rms_norm)."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    dw, x, r, ref = odd_layer(19, 37, 6, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
+                  {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True},
+                  {"BLOCK_M": 16, "ROWS": 1, "TMA": True}, {"BLOCK_M": 64, "ROWS": 2, "TMA": 2, "CHAIN": True}):
+        c = {**cfg, **extra}
+        slots = K.moe_mxfp4(x, r, *dw, variant="moe_mma", combine=False, **c)
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, ATOMIC=True)
+        assert torch.equal(y, slots.combine()), extra
+        assert rel_err(y, ref) < TOL
+        kept = K.moe_mxfp4(x, r, *dw, variant="moe_mma", combine=False, **c, ATOMIC=True)
+        assert torch.equal(kept.rows, slots.rows), extra
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "ATOMIC": True}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "ATOMIC": True}, problem)
+
+
+def test_x_to_f16_zeroes_the_rows_it_is_given(device):
+    """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
+    row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
+    wrong shape or type is refused."""
+    from kernels.linear_f16 import x_to_f16
+
+    g = torch.Generator().manual_seed(2)
+    for M, K_ in ((3, 288), (5, 2880), (40, 160)):
+        x = torch.randn(M, K_, generator=g).to(torch.bfloat16).to(device)
+        want = x_to_f16(x, pad=128, logical=True)
+        z = torch.full((M, K_), 7.0, dtype=torch.bfloat16, device=device)
+        got = x_to_f16(x, pad=128, logical=True, zero=z)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert not z.any(), (M, K_)
+        rows = torch.randperm(M * 2, generator=g).to(torch.int32).to(device)
+        z.fill_(7.0)
+        got = x_to_f16(x, pad=128, logical=True, rows=rows, top_k=2, zero=z)
+        assert torch.equal(got[0], x_to_f16(x, pad=128, logical=True, rows=rows, top_k=2)[0])
+        assert not z.any(), (M, K_, "rows")
+    with pytest.raises(ValueError, match="zero must be"):
+        x_to_f16(x, zero=torch.zeros(M, K_, device=device))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("opts", [{"TMA": 2}, {"CHAIN": True}, {"TMA": 2, "CHAIN": True},
                                   {"TMA": 2, "CHAIN": True, "HALF": True}, {"CHAIN": True, "STEP_MAJOR": True},
-                                  {"TMA": 2, "CHAIN": True, "STEP_MAJOR": True}])
+                                  {"TMA": 2, "CHAIN": True, "STEP_MAJOR": True},
+                                  {"CHAIN": True, "ATOMIC": True}, {"TMA": 2, "CHAIN": True, "ATOMIC": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
