@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import INTERP, pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
+from ._triton import pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import (
@@ -95,16 +95,13 @@ def word_major_pos(i):
 
 @triton.jit
 def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit,
-              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0,
-              TOPK=1, ATOMIC: tl.constexpr = False):
+              PHASE: tl.constexpr, BLOCK_N: tl.constexpr, ACT16: tl.constexpr = False, act_scale=1.0, PLANE=0):
     """acc [BM, BN] fp32 for rows rm (sorted positions) and columns rn of expert e.
 
     PHASE 1: + b1, SwiGLU over column pairs (2i gate, 2i+1 linear) -> out = act[rm, i] with I = N / 2;
              ACT16: stored as fp16 times act_scale in x_to_f16's order (for moe_h2/moe_h2g): word-major, or
              plane-major with PLANE words per plane when PLANE > 0.
-    PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn]; ATOMIC: added into out[token of the slot,
-             rn] ([T, N], zeroed beforehand) by relaxed bf16 atomics (the interpreter, whose programs run one at
-             a time, by a load and a store; an expert holds a token once, so a program's rows are distinct).
+    PHASE 2: + b2, times the slot's gate weight -> out = y[rm, rn].
     """
     acc += tl.load(b_ptr + e * N + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if PHASE == 1:
@@ -131,17 +128,8 @@ def _epilogue(acc, rm, rn, mmask, nmask, e, slots, b_ptr, gate_ptr, out_ptr, N, 
             tl.store(out_ptr + rm[:, None] * half + ri[None, :], a.to(tl.bfloat16), mask=amask)
     else:
         gate = tl.load(gate_ptr + slots, mask=mmask, other=0.0)
-        y = (acc * gate[:, None]).to(tl.bfloat16)
-        ymask = mmask[:, None] & nmask[None, :]
-        if ATOMIC:
-            dst = out_ptr + (slots // TOPK).to(tl.int64)[:, None] * N + rn[None, :]
-            if INTERP:
-                tl.store(dst, (tl.load(dst, mask=ymask, other=0.0).to(tl.float32) + y.to(tl.float32)).to(tl.bfloat16),
-                         mask=ymask)
-            else:
-                tl.atomic_add(dst, y, mask=ymask, sem="relaxed")
-        else:
-            tl.store(out_ptr + rm[:, None] * N + rn[None, :], y, mask=ymask)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], (acc * gate[:, None]).to(tl.bfloat16),
+                 mask=mmask[:, None] & nmask[None, :])
 
 
 @triton.jit
@@ -240,7 +228,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                     NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EARLY: tl.constexpr = False, ATOMIC: tl.constexpr = False):
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -255,8 +243,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
     program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
-    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way).
-    ATOMIC (mlp2): rows added into the layer output (_epilogue), no combine launch after."""
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -277,7 +264,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
             wait_count(chain_ptr + i, NEED)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY, ATOMIC=ATOMIC)
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
@@ -291,14 +278,14 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
              wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
-             EARLY: tl.constexpr = False, ATOMIC: tl.constexpr = False):
+             EARLY: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
     BLOCK_K = 2048, the whole row tile at once). EARLY: the PDL wait (pdl_enter) comes here, after the routing
-    reads and the first weight tile's loads, before any input row is read. ATOMIC: _epilogue's."""
+    reads and the first weight tile's loads, before any input row is read."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -343,7 +330,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         xs = tl.zeros((BLOCK_M,), tl.float32) + 1.0 / act_scale
     out = tl.trans(tl.sum(acc, axis=1)) * (xs * (F16_TRICK * 0.5))[:, None]  # 0.5: h2g_step doubles scales
     _epilogue(out, rm, rn, mmask, rn < N, e, slots, b_ptr, gate_ptr, out_ptr, N, alpha, limit, PHASE, BLOCK_N,
-              PHASE == 1, act_scale, OUT_PLANE, TOPK, ATOMIC)
+              PHASE == 1, act_scale, OUT_PLANE)
 
 
 @triton.jit
@@ -574,8 +561,6 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
-    if phase == 2 and cfg.get("ATOMIC"):
-        extra["ATOMIC"] = True
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
@@ -636,10 +621,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         _launch_h2(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg)
     elif kind == "h2g":
         scale = act16_scale(limit)
-        atomic = bool(cfg.get("ATOMIC")) and combine  # mlp2 adds into out, which must start at zero
-        if x16 is not None and atomic:
-            out.zero_()
-        xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True, zero=out if atomic else None)
+        xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         chain = scratch(x.device, ("moe_h2g_chain",), 2 * S) if cfg.get("CHAIN") else None
         need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain)
@@ -653,10 +635,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
                 "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
-        _launch_h2g(2, act, xs, r, p2, b2, out if atomic else y, alpha, limit, scale, {**cfg2, "ATOMIC": atomic},
-                    chain=chain, need=need)
-        if atomic:
-            return out
+        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
             scale = act16_scale(limit)
@@ -711,15 +690,15 @@ register(Variant(
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
 def _rule_h2g_combine(cfg, problem):
-    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time; WARPS2, MAXNREG2 and
-    ATOMIC shape the separate mlp2 launch it replaces (WARPS2 equal to num_warps would repeat a config)."""
+    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time; WARPS2 and MAXNREG2
+    shape the separate mlp2 launch it replaces (WARPS2 equal to num_warps would repeat a config)."""
     if cfg.get("TILED") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
     if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
         return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
-    for opt in ("WARPS2", "MAXNREG2", "ATOMIC"):
+    for opt in ("WARPS2", "MAXNREG2"):
         if cfg.get(opt) and cfg.get("COMBINE"):
             return f"{opt} builds the separate mlp2 launch, which COMBINE=True fuses away: use COMBINE=False"
     if cfg.get("WARPS2") is not None and cfg["WARPS2"] == cfg["num_warps"]:
@@ -747,10 +726,10 @@ register(Variant(
            "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
            "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
-           "MAXNREG2": (None, 64, 72), "ATOMIC": (False, True)},
+           "MAXNREG2": (None, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False, "WARPS2": None, "MAXNREG2": None, "ATOMIC": False},
+              "EARLY": False, "WARPS2": None, "MAXNREG2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -765,9 +744,7 @@ register(Variant(
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
                 "first weight tile during mlp1's tail; WARPS2, MAXNREG2: mlp2's own num_warps and register cap (with "
-                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's); ATOMIC: mlp2 "
-                "adds its gate-weighted rows into the layer output by bf16 atomics (zeroed by x_to_f16's launch), "
-                "no combine launch",
+                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

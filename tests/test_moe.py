@@ -740,29 +740,6 @@ def test_moe_mma_atomic_combine(device):
     assert "only with WGMMA" in v.reason({**v.defaults, "ATOMIC": True}, problem)
 
 
-def test_moe_h2g_atomic_combine(device):
-    """moe_h2g's ATOMIC, as moe_mma's: mlp2 adds its gate-weighted bf16 rows into the output (zeroed by
-    x_to_f16's launch, or by a memset when x16 comes from the router) instead of a combine launch; with k = 2
-    the bits equal the combine's (one-token and two-token programs, CHAIN, EARLY=2, tiled and nibble-shuffled
-    weights, BLOCK_N2; the five tokens give experts 5, 3, 2 and 0 of the ten slots: full and part-filled
-    two-token programs). COMBINE=True fuses the combine already: the two are refused together."""
-    from kernels.linear_f16 import x_to_f16
-
-    dw, x, r, ref = odd_layer(31, 5, 2, device)  # few tokens: the interpreter runs moe_h2g per slot
-    for cfg in ({"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 2, "CHAIN": True, "TILED": True,
-                 "NIB": True},
-                {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "EARLY": 2, "BLOCK_N2": 16}):
-        want = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", **cfg, ATOMIC=True), want), cfg
-        x16 = x_to_f16(x, planes=True)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", x16=x16, **cfg, ATOMIC=True), want), cfg
-        kept = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", combine=False, **cfg, ATOMIC=True)
-        assert torch.equal(kept.combine(), want), cfg
-        assert rel_err(want, ref) < TOL
-    v, problem = K.VARIANTS["moe_h2g"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert "COMBINE=True fuses" in v.reason({**v.defaults, "COMBINE": True, "ATOMIC": True}, problem)
-
-
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
