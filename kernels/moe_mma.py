@@ -152,17 +152,18 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
     else:
         wscale = ((SMAX - 1).to(tl.uint32) << 23).to(tl.float32, bitcast=True)  # 2^(SMAX - 128)
         y = acc_a * (wscale / act_scale) + bias_a.to(tl.float32)
+        v = (y * tok).to(tl.bfloat16)
         ymask = mmask[None, :] & (j < N)[:, None]
         if ATOMIC:  # an expert holds a token once, so a program's rows are distinct tokens
             token = tl.load(sorted_ptr + rm, mask=mmask, other=0) // TOPK
             dst = out_ptr + token[None, :].to(tl.int64) * N + j[:, None]
             if INTERP:
-                tl.store(dst, (tl.load(dst, mask=ymask, other=0.0).to(tl.float32)
-                               + (y * tok).to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16), mask=ymask)
+                tl.store(dst, (tl.load(dst, mask=ymask, other=0.0).to(tl.float32) + v.to(tl.float32)).to(tl.bfloat16),
+                         mask=ymask)
             else:
-                tl.atomic_add(dst, (y * tok).to(tl.bfloat16), mask=ymask, sem="relaxed")
+                tl.atomic_add(dst, v, mask=ymask, sem="relaxed")
         else:
-            tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * tok).to(tl.bfloat16), mask=ymask)
+            tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], v, mask=ymask)
 
 
 @triton.jit
