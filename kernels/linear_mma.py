@@ -595,12 +595,15 @@ if gluon is not None:
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
-                      GT=0):
+                      GT=0, KL=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
         to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
-        a chunk."""
+        a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
+        row offsets still follow the weight's K."""
+        if KL is None:
+            KL = K
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
@@ -613,8 +616,8 @@ if gluon is not None:
                 wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC, SM)
-                acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, K // 8,
-                                      K // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT)
+                acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KL // 8,
+                                      KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)

@@ -171,18 +171,21 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
                   LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
-                  ATOMIC: tl.constexpr = False):
+                  ATOMIC: tl.constexpr = False, SPLITK: tl.constexpr = 1, KS=0):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
-    ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel)."""
+    ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel; SPLITK: program_id(1) is the N tile times
+    SPLITK plus the K slice, as the WGMMA kernel's program_id(0))."""
     tile = tl.program_id(0)
+    pn = tl.program_id(1) // SPLITK
+    ks = tl.program_id(1) % SPLITK * KS
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
         if CHAIN and PHASE == 2:
             wait_count(chain_ptr + tile, NEED)
         KW = K // 8
         KB = K // 32
-        j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        j = pn * BLOCK_N + tl.arange(0, BLOCK_N)
         ra, rb = _rows(j, N, PHASE, TILED)
         cc = tl.arange(0, CHUNKS)
         t = tl.arange(0, 4)
@@ -201,7 +204,10 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
         acc_a = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         acc_b = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         STEP: tl.constexpr = CHUNKS * 16  # weight words per row and step
-        for c in range(0, tl.cdiv(KW, STEP)):
+        c_end = tl.cdiv(KW, STEP)
+        if SPLITK > 1:
+            c_end = tl.minimum(c_end, (ks + KS) // (STEP * 8))
+        for c in range(ks // (STEP * 8), c_end):
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
             if LOGICAL:  # as the compiled WGMMA kernel: whole steps copied unmasked (rows padded to them)
@@ -218,7 +224,10 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                 acc_b = tc_dot(decode_step(vb, svb, SMAX, NIB), xb, acc_b)
         tok = _epi_token(rm, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         bias_a, bias_b = _epi_bias(j, e, b_ptr, N, PHASE)
-        _epilogue(acc_a, acc_b, j, tl.program_id(1) * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+        if SPLITK > 1:  # one slice adds the bias
+            bias_a = tl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
+            bias_b = bias_a
+        _epilogue(acc_a, acc_b, j, pn * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
                   alpha, limit, act_scale, SMAX, PHASE, LOGICAL, sorted_ptr, TOPK, ATOMIC)
         if CHAIN:
             _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
@@ -432,16 +441,23 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
-                   SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False):
+                   SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build; returns the
-        trace's past-the-wait time (t_wait, updated by CHAIN's wait)."""
+        trace's past-the-wait time (t_wait, updated by CHAIN's wait). SPLITK > 1 (mlp2, ATOMIC): program_id(0)
+        is the N tile times SPLITK plus the K slice, which multiplies K from slice * KS for at most KS and adds
+        its share (the bias with slice 0's) into the output."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
+        pn = gl.program_id(0)
+        ks = 0
+        if SPLITK > 1:
+            ks = pn % SPLITK * KS
+            pn = pn // SPLITK
         if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             if EPI_EARLY == 2:
-                je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+                je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
         if CHAIN and PHASE == 2:
             _g_wait_count(chain_ptr + tile, NEED)
@@ -450,7 +466,7 @@ if gluon is not None:
             if TRACE:
                 t_wait = _g_clock_ns()
         r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
-        ra, rb = _g_rows(gl.program_id(0) * COLS + r % COLS, N, PHASE, TILED)
+        ra, rb = _g_rows(pn * COLS + r % COLS, N, PHASE, TILED)
         rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
         src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
         xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
@@ -462,14 +478,21 @@ if gluon is not None:
         g1 = None
         if TMA:
             if PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
-                g0 = e * GE + gl.program_id(0) * (BLOCK_N // 32)
+                g0 = e * GE + pn * (BLOCK_N // 32)
                 g1 = g0 + GE // 2
             else:
-                g0 = e * GE + gl.program_id(0) * (BLOCK_N // 16)
-        acc = _g_wg_program(w_ptr + e.to(gl.int64) * WE, s_ptr + e.to(gl.int64) * SE, gl.where(r < COLS, ra, rb),
-                            x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W, LW, MMA, SX,
-                            SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False, xdesc, m0, xok=xok, g1=g1, SM=SM,
-                            GT=GT)
+                g0 = e * GE + pn * (BLOCK_N // 16)
+        w_e = w_ptr + e.to(gl.int64) * WE
+        s_e = s_ptr + e.to(gl.int64) * SE
+        kl = None
+        if SPLITK > 1:  # the slice's first chunk: chunk strides of the tiled copy, or of the step-major one
+            w_e += ks // 128 * (GT * 256 if SM else 256)
+            s_e += ks // 128 * (GT * 64 if SM else 64)
+            xofs += ks
+            kl = gl.maximum(gl.minimum(K - ks, KS), 0)
+        acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
+                            TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False,
+                            xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
             pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
             acc_a, acc_b = gl.split(pair)
@@ -482,12 +505,15 @@ if gluon is not None:
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if EPI_EARLY != 2:
-            je = gl.program_id(0) * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+            je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
             bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
         if not EPI_EARLY and PHASE == 2:
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-        _g_epilogue(acc_a, acc_b, je, gl.program_id(0) * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+        if SPLITK > 1:  # one slice adds the bias
+            bias_a = gl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
+            bias_b = bias_a
+        _g_epilogue(acc_a, acc_b, je, pn * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
                     alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC)
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
@@ -506,7 +532,8 @@ if gluon is not None:
                        CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE,
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
-                       SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False):
+                       SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
+                       KS=0):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -545,21 +572,21 @@ if gluon is not None:
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC)
+                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS)
                 else:
                     t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                         OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                         chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
-                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC)
+                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
             else:
                 t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                     OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
                                     chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
                                     TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                     TRACE,
-                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC)
+                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
         if TRACE:
             _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
 
@@ -574,7 +601,11 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
-    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols))
+    step = 128 * cfg["CHUNKS"]
+    steps = -(-K // step)
+    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 and cfg.get("ATOMIC") else 1
+    splits = dict(SPLITK=split, KS=-(-steps // split) * step if split > 1 else 0)  # whole steps a slice
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     if compiled_wg:
         grid = grid[::-1]
@@ -589,7 +620,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained,
-                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2)
+                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits)
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -627,7 +658,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
-                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **extra)
+                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -644,7 +675,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
     columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
@@ -673,7 +704,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy.
     ATOMIC (WGMMA; with combine only): mlp2 adds its gate-weighted bf16 rows into the layer output by atomics
     (x_to_f16's launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies
-    from run to run, and each rounds to bf16 (the combine sums in fp32 and rounds once).
+    from run to run, and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC):
+    mlp2's K in SPLITK2 slices of whole steps, each its own program adding its share (slice 0 with the bias), so
+    mlp2's programs, which end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -686,7 +719,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     y = torch.empty((T, H) if atomic else (S, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -763,6 +796,19 @@ def _rule_rows2(cfg, problem):
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 
 
+def _rule_splitk2(cfg, problem):
+    """SPLITK2 slices mlp2's K into programs whose shares meet in the output by ATOMIC's additions; the slices
+    start at pointers moved along the cp.async ring's copies (RING_W, not TMA's boxes)."""
+    if (cfg.get("SPLITK2") or 1) == 1:
+        return None
+    for opt in ("WGMMA", "ATOMIC", "RING_W"):
+        if not cfg.get(opt):
+            return f"SPLITK2 needs {opt}"
+    if cfg.get("TMA"):
+        return "SPLITK2 moves the cp.async ring's pointers (TMA's boxes would need their own coordinates)"
+    return None
+
+
 def _rule_half(cfg, problem):
     """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
     if not cfg.get("HALF"):
@@ -781,13 +827,13 @@ register(Variant(
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False, "STEP_MAJOR": False,
-              "ATOMIC": False},
+              "ATOMIC": False, "SPLITK2": 1},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           rule_scale_span),
+           _rule_splitk2, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
