@@ -190,7 +190,7 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
 def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform", replays: int = 10):
     """Trace a moe_mma layer as the sweep times it. Returns (programs frame, layer us traced, layer us untraced):
     the layer times are medians of CUDA-graph replays of the whole pass divided by its calls, so the two show
-    what the records cost. Checks first that the traced pass gives the untraced pass's bits."""
+    what the records cost. Checks first that the traced pass gives the untraced pass's bits (within 1% with ATOMIC)."""
     import torch
 
     import kernels as K
@@ -234,7 +234,11 @@ def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform",
     traced.replay()
     torch.cuda.synchronize()
     for w, g in zip(want, got):
-        if not torch.equal(w, g):
+        if full.get("ATOMIC"):  # its additions round in bf16 in whatever order they land: equal within 1%
+            same = ((w.float() - g.float()).norm() / w.float().norm()).item() < 1e-2
+        else:
+            same = torch.equal(w, g)
+        if not same:
             raise AssertionError("the traced layer's output differs from the untraced layer's")
     us_plain, us_traced = graph_us(plain), graph_us(traced)
     return programs_frame(launches), us_traced, us_plain
