@@ -674,39 +674,39 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
-                NIB=False, CHAIN=False, ROWS2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
+                NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
-    weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output
-    columns (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per
-    thread (ptxas spills past it): more resident warps for a loop that waits on its loads. STAGES > 0 keeps
-    the next STAGES - 1 steps' weights and x in flight as cp.async copies into shared memory instead of in
-    registers (the compiled kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's
-    chunk-major copies of the weights (w1 de-interleaved; made on first use, cached), where each warp streams
-    contiguous memory. WGMMA multiplies with sm_90's wgmma: the same decoded registers, x and act in logical
-    K order (rows padded to whole steps of 128 * CHUNKS) copied once per program into a ring of STAGES (>= 2)
-    shared-memory slots, mlp1's BLOCK_N weight rows stacked as BLOCK_N / 2 gate rows then their linear rows
-    (one accumulator); RING_W (with TILED) copies the weights' words and scales through the same ring. NIB
-    reads shuffle_nibbles' copy of the words (made once, cached): 9 instead of 15 decode instructions per word.
-    CHAIN (WGMMA): mlp2 starts during mlp1's last wave, each program once its own token tile's act rows are
-    stored, ordered by device counters (made once per grid shape and reset by their last reader; a layer call
-    interrupted between its two launches would leave them set). ROWS2: mlp2's own ROWS (its own row tile; mlp2
-    has half mlp1's rows, so at 16-32 tokens it runs in fewer waves). EPI_EARLY (WGMMA): the epilogue's loads
-    issued before the K loop (1: token scales or gate weights, 2: biases too). XSKIP (WGMMA): the x rows of a
-    token tile past its expert's last position are zero-filled instead of copied (they repeated the tile's
-    first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA (WGMMA, RING_W, CHUNKS=1): the
-    ring's words and scale bytes copied by the tensor memory accelerator instead of by every thread; TMA=2 x's
-    rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of fp16) and from act for
-    mlp2. HALF (WGMMA): token tiles holding at most BLOCK_M / 2 positions (an expert's last, part-filled one) run a
-    half-width build of the program (wgmma N = BLOCK_M / 2), the others the full one; the interpreter runs the
-    same arithmetic either way. STEP_MAJOR (WGMMA, RING_W): the ring's copies (or TMA's boxes) read
-    prepare.step_major's copy of the tiled weights (made on first use, cached), where a step's words are one
-    piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy.
-    ATOMIC (WGMMA; with combine only): mlp2 adds its gate-weighted bf16 rows into the layer output by atomics
-    (x_to_f16's launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies
-    from run to run, and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC):
-    mlp2's K in SPLITK2 slices of whole steps, each its own program adding its share (slice 0 with the bias), so
-    mlp2's programs, which end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC.
+    weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
+    (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
+    spills past it): more resident warps for a loop that waits on its loads. STAGES > 0 keeps the next STAGES - 1
+    steps' weights and x in flight as cp.async copies into shared memory instead of in registers (the compiled
+    kernel only; the interpreter runs the same arithmetic). TILED reads tile_mxfp4's chunk-major copies of the
+    weights (w1 de-interleaved; made on first use, cached), where each warp streams contiguous memory. WGMMA
+    multiplies with sm_90's wgmma: the same decoded registers, x and act in logical K order (rows padded to whole
+    steps of 128 * CHUNKS) copied once per program into a ring of STAGES (>= 2) shared-memory slots, mlp1's BLOCK_N
+    weight rows stacked as BLOCK_N / 2 gate rows then their linear rows (one accumulator); RING_W (with TILED)
+    copies the weights' words and scales through the same ring. NIB reads shuffle_nibbles' copy of the words (made
+    once, cached): 9 instead of 15 decode instructions per word. CHAIN (WGMMA): mlp2 starts during mlp1's last wave,
+    each program once its own token tile's act rows are stored, ordered by device counters (made once per grid shape
+    and reset by their last reader; a layer call interrupted between its two launches would leave them set). ROWS2:
+    mlp2's own ROWS (its own row tile; mlp2 has half mlp1's rows, so at 16-32 tokens it runs in fewer waves).
+    STAGES2 (WGMMA): mlp2's own ring depth (its programs, which end the layer, stream at the bytes they keep in
+    flight). EPI_EARLY (WGMMA): the epilogue's loads issued before the K loop (1: token scales or gate weights, 2:
+    biases too). XSKIP (WGMMA): the x rows of a token tile past its expert's last position are zero-filled instead
+    of copied (they repeated the tile's first row from L2; a per-copy mask, 2-20 more sm_90 loop instructions). TMA
+    (WGMMA, RING_W, CHUNKS=1): the ring's words and scale bytes copied by the tensor memory accelerator instead of
+    by every thread; TMA=2 x's rows too, from an expert-sorted copy of x gathered once per call for mlp1 (S rows of
+    fp16) and from act for mlp2. HALF (WGMMA): token tiles holding at most BLOCK_M / 2 positions (an expert's last,
+    part-filled one) run a half-width build of the program (wgmma N = BLOCK_M / 2), the others the full one; the
+    interpreter runs the same arithmetic either way. STEP_MAJOR (WGMMA, RING_W): the ring's copies (or TMA's boxes)
+    read prepare.step_major's copy of the tiled weights (made on first use, cached), where a step's words are one
+    piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy. ATOMIC
+    (WGMMA; with combine only): mlp2 adds its gate-weighted bf16 rows into the layer output by atomics (x_to_f16's
+    launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies from run to run,
+    and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC): mlp2's K in SPLITK2
+    slices of whole steps, each its own program adding its share (slice 0 with the bias), so mlp2's programs, which
+    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -728,7 +728,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                       zero=y if atomic else None)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
-    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, {**cfg, "ROWS": ROWS2 or ROWS}, chain, need)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -786,13 +787,20 @@ def _rule_ring(cfg, problem):
 
 
 def _rule_rows2(cfg, problem):
-    """ROWS2 builds mlp2 with ROWS = ROWS2: that build is held to the register and ring rules too; ROWS2 equal
-    to ROWS would repeat the config without it."""
-    if cfg.get("ROWS2") is None:
+    """ROWS2 and STAGES2 build mlp2 with ROWS = ROWS2 and STAGES = STAGES2: that build is held to the register and
+    ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
+    (the mma.sync builds' STAGES also chooses between their ring and register loads)."""
+    mlp2 = dict(cfg)
+    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES")):
+        if cfg.get(own) is None:
+            continue
+        if cfg[own] == cfg[of]:
+            return f"{own}={cfg[own]} equals {of} (None repeats this config)"
+        mlp2 = {**mlp2, of: cfg[own], own: None}
+    if cfg.get("STAGES2") is not None and not cfg.get("WGMMA"):
+        return "STAGES2 applies only with WGMMA"
+    if mlp2 is cfg or mlp2 == cfg:
         return None
-    if cfg["ROWS2"] == cfg["ROWS"]:
-        return f"ROWS2={cfg['ROWS2']} equals ROWS (None repeats this config)"
-    mlp2 = {**cfg, "ROWS": cfg["ROWS2"], "ROWS2": None}
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 
 
@@ -825,13 +833,14 @@ register(Variant(
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
            "num_warps": (1, 2, 4, 8), "MAXNREG": (None, 96, 128, 168), "STAGES": (0, 2, 3, 4, 6, 8),
            "TILED": (False, True), "WGMMA": (False, True), "RING_W": (False, True), "NIB": (False, True),
-           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "EPI_EARLY": (0, 1, 2),
+           "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
+           "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
-              "ROWS2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False, "STEP_MAJOR": False,
-              "ATOMIC": False, "SPLITK2": 1},
+              "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -591,14 +591,14 @@ def test_moe_h2g_early_under_pdl_and_graphs(tokens):
 
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
-    """ROWS2 gives mlp2 its own row tile: each output element sums the same K steps in the same order, so the
-    layer's bits do not change, with and without CHAIN (mlp2's programs per token tile then differ from
-    mlp1's); a ROWS2 whose mlp2 build would not fit is refused."""
+    """ROWS2 gives mlp2 its own row tile and STAGES2 its own ring depth: each output element sums the same K
+    steps in the same order, so the layer's bits do not change, with and without CHAIN (mlp2's programs per
+    token tile then differ from mlp1's); a ROWS2 or STAGES2 whose mlp2 build would not fit is refused."""
     cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
            "RING_W": True, "NIB": True}
     dw, x, r, ref = odd_layer(7, tokens, 4, device)
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-    for extra in ({"ROWS2": 1}, {"ROWS2": 1, "CHAIN": True}):
+    for extra in ({"ROWS2": 1}, {"ROWS2": 1, "CHAIN": True}, {"STAGES2": 2}, {"ROWS2": 1, "STAGES2": 8, "CHAIN": True}):
         assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra), y), extra
     assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **{**cfg, "ROWS": 1}, ROWS2=2), y)
     assert rel_err(y, ref) < TOL
@@ -609,6 +609,12 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     ring = {**v.defaults, "BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "num_warps": 4, "STAGES": 6}  # mma.sync ring
     assert v.reason(ring, problem) is None
     assert "shared memory" in v.reason({**ring, "ROWS2": 2}, problem)  # mlp2's 128-row slots: 240 KiB
+    assert v.reason({**v.defaults, **cfg, "STAGES2": 8}, problem) is None
+    assert "equals STAGES" in v.reason({**v.defaults, **cfg, "STAGES2": 4}, problem)
+    assert "only with WGMMA" in v.reason({**ring, "STAGES2": 2}, problem)
+    wide = {**v.defaults, **cfg, "BLOCK_M": 64, "ROWS": 1, "CHUNKS": 2, "STAGES": 2}
+    assert v.reason(wide, problem) is None
+    assert "shared memory" in v.reason({**wide, "STAGES2": 8}, problem)  # mlp2's 8 slots of 2 chunks: 333 KiB
 
 
 @pytest.mark.parametrize("tokens", [5, 70])
