@@ -836,7 +836,7 @@ register(Variant(
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
