@@ -61,16 +61,28 @@ def config_layout(config: str) -> str:
     return ("tiled" if c.get("TILED") else "rows") + ("+nib" if c.get("NIB") else "")
 
 
+#: options auto never takes: STEP_MAJOR reads a second copy of the weights (prepare.step_major, made on first use),
+#: ATOMIC adds mlp2's rows in whatever order they land, so the last bits vary from run to run (SPLITK2 needs it)
+OPT_IN = ("STEP_MAJOR", "ATOMIC")
+
+
+def opt_in(config: str) -> bool:
+    """Whether a stored config uses an option only a user's explicit config may take (OPT_IN)."""
+    c = json.loads(config)
+    return any(c.get(k) for k in OPT_IN)
+
+
 def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
-    that read that weight layout) of variants at bf16 accuracy (auto never picks a lossy one: results.lossy)."""
+    that read that weight layout) of variants at bf16 accuracy (auto never picks a lossy one: results.lossy) and
+    without OPT_IN options."""
     if layout is not None and layout not in HELD_LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[runnable(v, c) and not lossy(v) and layout in (None, config_layout(c))
+    df = df[[runnable(v, c) and not lossy(v) and not opt_in(c) and layout in (None, config_layout(c))
              for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))

@@ -55,6 +55,22 @@ def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
     assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
 
 
+def test_opt_in_options_are_never_picked(tmp_path):
+    """STEP_MAJOR (a second copy of the weights) and ATOMIC (bits that vary with the order of additions) are a
+    user's explicit choice: a faster config with either never enters a table (both configs below can run)."""
+    wg = {"WGMMA": True, "TILED": True, "RING_W": True, "STAGES": 3, "CHUNKS": 1}
+    run = _run(tmp_path, [_pt("a", 128, 1, "gemv_mma", 10, wg),
+                          _pt("a", 128, 1, "gemv_mma", 5, {**wg, "STEP_MAJOR": True})])
+    t = derive_tables(run, "linear", layout="tiled")
+    assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv_mma", wg)]
+    moe = {"op": "moe_layer", "m": 4, "n": 128, "k": 64, "experts": 8, "top_k": 2, "routing": "uniform",
+           "shape": "a", "status": "ok", "variant": "moe_mma"}
+    run = _run(tmp_path / "moe", [{**moe, "config": wg, "us_graph": 10},
+                                  {**moe, "config": {**wg, "ATOMIC": True, "SPLITK2": 2}, "us_graph": 4}])
+    t = derive_tables(run, "moe", layout="tiled")
+    assert t[(8, 128, 64)] == [(1 << 62, "moe_mma", wg)]
+
+
 def test_each_layout_has_its_own_tables_and_regret_counts_the_other(tmp_path):
     """TILED configs read tile_mxfp4's copy of the weight: the rows tables never pick them (a weight is held in
     one layout), the tiled tables pick only them, neither picks NIB configs (shuffle_nibbles' copy), and
