@@ -53,26 +53,6 @@ def pdl_launch(inner: bool = False) -> dict:
     return {"launch_pdl": True} if PDL or (inner and INNER_PDL) else {}
 
 
-_CARVED: set = set()
-
-
-def prefer_max_shared(compiled) -> None:
-    """Ask the driver to split each SM's L1 and shared memory in favour of shared memory for this compiled
-    kernel (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100%) from its next launch on. Left to its
-    own choice the driver picked a split that held a 26 KB-per-program build to 5 programs per SM where its
-    registers allow 6 (moe_mma at 2 tokens, results/20261128T000752-h100-80gb-hbm3-moe-timeline-splitk2-decode).
-    Once per kernel; a no-op off the GPU or where the launch returned no compiled kernel."""
-    function = getattr(compiled, "function", None)
-    if INTERPRETED or function is None or function in _CARVED:
-        return
-    import ctypes
-
-    result = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(function), 9, 100)
-    if result != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT) failed: CUresult {result}")
-    _CARVED.add(function)
-
-
 @contextlib.contextmanager
 def pdl_scope(on: bool = True):
     """Every launch inside uses PDL when `on` (and the GPU has it), none when not; the settings are restored

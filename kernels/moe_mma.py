@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, prefer_max_shared, reg_cap, tl, triton
+from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, x_to_f16
 from .linear_mma import (
@@ -652,15 +652,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             if half:
                 xdesc_h = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM // 2, 128 * cfg["CHUNKS"]],
                                            SX_H)
-        k = _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, **extra)
-        if cfg.get("MAX_SMEM"):
-            prefer_max_shared(k)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -677,7 +675,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, MAX_SMEM=False):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -709,9 +707,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC): mlp2's K in SPLITK2
     slices of whole steps, each its own program adding its share (slice 0 with the bias), so mlp2's programs, which
     end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC.
-    MAX_SMEM (WGMMA): each build asks the driver for the largest shared-memory split of L1
-    (_triton.prefer_max_shared), so that as many programs fit per SM as their registers allow. x16 (plane-major)
-    is not used."""
+    x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
     I = p1.shape[1] // 2
@@ -723,8 +719,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     y = torch.empty((T, H) if atomic else (S, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               MAX_SMEM=MAX_SMEM)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -767,7 +762,7 @@ def _rule_ring(cfg, problem):
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR", "ATOMIC", "MAX_SMEM"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR", "ATOMIC"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
     if cfg.get("TMA") and cfg["CHUNKS"] != 1:
@@ -841,11 +836,11 @@ register(Variant(
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "MAX_SMEM": (False, True)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
-              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "MAX_SMEM": False},
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -771,35 +771,6 @@ def test_moe_mma_splitk2_adds_its_slices(device):
     assert "TMA" in v.reason({**v.defaults, **cfg, "TMA": True, "SPLITK2": 2}, problem)
 
 
-def test_moe_mma_max_smem_changes_only_the_shared_split(device):
-    """MAX_SMEM asks the driver to give each build the largest shared-memory split of L1: the layer's bits stay
-    those without it, and on the GPU both builds it launched read back a 100% carveout preference from the
-    driver (on the interpreter it does nothing). Without WGMMA the option is refused."""
-    from kernels import _triton
-
-    cfg = {"BLOCK_M": 8, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
-           "NIB": True, "RING_W": True}
-    dw, x, r, _ = odd_layer(5, 9, 2, device)
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-    before = set(_triton._CARVED)
-    for _ in range(2):  # the preference applies from the second launch on
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, MAX_SMEM=True), y)
-    carved = _triton._CARVED - before
-    if device.type == "cuda":
-        import ctypes
-
-        assert len(carved) == 2  # mlp1's build and mlp2's
-        for function in carved:
-            value = ctypes.c_int(-1)
-            assert ctypes.CDLL("libcuda.so.1").cuFuncGetAttribute(ctypes.byref(value), 9,
-                                                                  ctypes.c_void_p(function)) == 0
-            assert value.value == 100
-    else:
-        assert not carved
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert "only with WGMMA" in v.reason({**v.defaults, "MAX_SMEM": True}, problem)
-
-
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
