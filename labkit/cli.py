@@ -291,7 +291,7 @@ def cmd_timeline(args) -> int:
 
     import pandas as pd
 
-    from .timeline import point_label, report, trace_layer
+    from .timeline import build_occupancy, point_label, report, trace_layer
 
     if args.from_dir:
         out = Path(args.from_dir)
@@ -304,7 +304,7 @@ def cmd_timeline(args) -> int:
 
         run = create_run("moe-timeline", out=args.out, parameters={"points": args.point, "routing": args.routing})
         out = run.path
-        frames, times = [], []
+        frames, times, fits = [], [], []
         for model, tokens, config in args.point:
             label = point_label(model, tokens, [t["point"] for t in times])
             d, us_traced, us_plain = trace_layer(model, int(tokens), _parse_config(config), routing=args.routing)
@@ -312,12 +312,22 @@ def cmd_timeline(args) -> int:
             times.append({"point": label, "config": config, "us_traced": round(us_traced, 2),
                           "us_untraced": round(us_plain, 2)})
             print(f"{label}: layer {us_plain:.1f} us untraced, {us_traced:.1f} traced", flush=True)
+            fit = build_occupancy(model, int(tokens), _parse_config(config)).assign(point=label)
+            fits.append(fit)
+            per = fit.pivot(index="launch", columns="traced", values="programs_per_sm")
+            for launch, row in per.iterrows():
+                if row.get(True) is not None and row.get(False) is not None and row[True] < row[False]:
+                    print(f"{label}: the traced {launch} fits {row[True]} programs per SM, the untraced one "
+                          f"{row[False]}: this timeline's occupancy is not the timed layer's", flush=True)
             df = pd.concat(frames, ignore_index=True)
             df.to_parquet(out / "programs.parquet", index=False)  # after each point: a killed run keeps them
             pd.DataFrame(times).to_csv(out / "layer_us.csv", index=False)
+            pd.concat(fits, ignore_index=True).to_csv(out / "occupancy.csv", index=False)
         run.update_meta(contents="programs.parquet: one row per mlp1/mlp2 program of each traced layer call (us "
                                  "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
-                                 "traced and untraced; summary.csv, stream.csv and timeline-*.html: labkit.timeline")
+                                 "traced and untraced; occupancy.csv: registers and programs per SM of each "
+                                 "launch's build, traced and untraced (labkit.timeline.build_occupancy); "
+                                 "summary.csv, stream.csv and timeline-*.html: labkit.timeline")
         run.finish()
     layer_us = pd.read_csv(out / "layer_us.csv") if (out / "layer_us.csv").is_file() else pd.DataFrame()
     configs = {row.point: _parse_config(row.config) for row in layer_us.itertuples()}

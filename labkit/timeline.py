@@ -9,6 +9,8 @@ own best rate; `timeline_figure` draws the programs running and waiting over tim
 
 Only WGMMA builds of moe_mma record (the kernels that take TRACE); %globaltimer needs a GPU, so the capture
 needs one, while summaries and charts of a stored programs.parquet work anywhere (`labkit timeline --from`).
+The records cost registers: `build_occupancy` says how many programs per SM the traced and the untraced builds
+fit, since a timeline shows the traced build's occupancy.
 """
 
 from __future__ import annotations
@@ -160,6 +162,35 @@ def point_label(model: str, tokens, taken) -> str:
     label = f"{model} {tokens} tokens"
     seen = sum(p.split(" #")[0] == label for p in taken)
     return f"{label} #{seen + 1}" if seen else label
+
+
+def build_occupancy(model: str, tokens: int, config: dict, arch: int | None = None) -> pd.DataFrame:
+    """Registers, shared memory and resident programs per SM of the layer's mlp1 and mlp2 builds, untraced (what
+    the sweeps time) and traced (what a timeline records): kernels.trace's records cost registers, and a traced
+    build that fits fewer programs per SM shows a different occupancy than the layer it stands for (gpt-oss-20b
+    at 16 tokens: mlp1 163 registers traced against 119, 3 programs per SM against 4). Compiles both without
+    running them (labkit.compile, for `arch` or this GPU); needs the CUDA toolchain's cuobjdump for registers."""
+    import contextlib
+
+    from kernels import VARIANTS
+    from kernels.trace import program_trace
+
+    from .compile import compile_moe, programs_per_sm, resource_usage
+    from .gptoss_config import get_model
+
+    c = get_model(model)
+    full = {**VARIANTS["moe_mma"].defaults, **config}
+    rows = []
+    for traced in (False, True):
+        with program_trace(device="cpu") if traced else contextlib.nullcontext():
+            kernels = compile_moe("moe_mma", full, tokens, c.experts, c.top_k, 2 * c.intermediate, c.hidden, arch)
+        builds = [k for name, k in kernels if name.endswith("_moe_wg_kernel")]
+        for launch, k in zip(("mlp1", "mlp2"), builds):
+            use = resource_usage(k)
+            fit = programs_per_sm(use["regs"], use["shared"], full["num_warps"], arch or 90) if "regs" in use else None
+            rows.append({"launch": launch, "traced": traced, "regs": use.get("regs"), "shared": use["shared"],
+                         "programs_per_sm": fit["programs"] if fit else None})
+    return pd.DataFrame(rows)
 
 
 def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:

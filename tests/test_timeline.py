@@ -1,6 +1,8 @@
 """Program timelines (kernels.trace, labkit.timeline): the record plumbing and the summary arithmetic on the CPU,
 the records themselves on the GPU."""
 
+import json
+import os
 import subprocess
 import sys
 
@@ -159,3 +161,23 @@ def test_traced_moe_mma_records_every_program(extra):
         assert d.live.sum() == tiles * lc.grid[0]
         assert (d.start_us <= d.wait_us).all() and (d.wait_us <= d.end_us).all()
         assert d.sm.between(0, sms - 1).all()
+
+
+def test_build_occupancy_compares_the_traced_build_with_the_timed_one():
+    """build_occupancy compiles a config's mlp1 and mlp2 untraced and traced and counts programs per SM from
+    their registers: gpt-oss-20b's 2-token SPLITK2 build takes 80 registers untraced (6 programs per SM) and
+    more traced. Gluon kernels compile with the GPU machine's Triton (3.6) only, so elsewhere this is skipped."""
+    code = ("import json; from labkit.timeline import build_occupancy; print(build_occupancy('gpt-oss-20b', 2, "
+            "dict(CHUNKS=1, num_warps=4, WGMMA=True, TILED=True, RING_W=True, NIB=True, STAGES=4, BLOCK_M=8, "
+            "ROWS=1, CHAIN=True, EPI_EARLY=2, XSKIP=True, STEP_MAJOR=True, ATOMIC=True, SPLITK2=4), arch=90)"
+            ".to_json(orient='records'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "TRITON_INTERPRET": "0"})
+    if out.returncode != 0 and "CompilationError" in out.stderr:
+        pytest.skip("Gluon kernels compile with the GPU machine's Triton only")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {(r["launch"], r["traced"]): r for r in json.loads(out.stdout.splitlines()[-1])}
+    assert set(rows) == {("mlp1", False), ("mlp1", True), ("mlp2", False), ("mlp2", True)}
+    assert rows["mlp1", False]["regs"] == 80 and rows["mlp1", False]["programs_per_sm"] == 6
+    assert rows["mlp1", True]["regs"] >= rows["mlp1", False]["regs"]
+    assert all(r["shared"] == 25856 for r in rows.values())
