@@ -48,7 +48,7 @@ from .linear_mma import (
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, step_major, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, wait_count
-from .trace import clock_ns, trace_args, trace_store
+from .trace import trace_args, trace_end, trace_mark
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
 if gluon is not None:
@@ -254,8 +254,8 @@ if gluon is not None:
     _g_wait_count = gluon.jit(wait_count.fn)
     _g_proxy_fence = gluon.jit(proxy_fence_global.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
-    _g_clock_ns = gluon.jit(clock_ns.fn)
-    _g_trace_store = gluon.jit(trace_store.fn)
+    _g_trace_mark = gluon.jit(trace_mark.fn)
+    _g_trace_end = gluon.jit(trace_end.fn)
 
     @gluon.jit
     def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -435,15 +435,16 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
-                   limit, act_scale, SMAX, WE, SE, e, m0, end, tile, chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait,
+                   limit, act_scale, SMAX, WE, SE, e, m0, end, tile, chain_ptr, TILES, NEED, wdesc, sdesc, GE,
+                   trace_ptr,
                    PHASE: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
                    STAGES: gl.constexpr, RING_W: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0):
-        """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build; returns the
-        trace's past-the-wait time (t_wait, updated by CHAIN's wait). SPLITK > 1 (mlp2, ATOMIC): program_id(0)
+        """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
+        wait marks the program's record in trace_ptr again past it). SPLITK > 1 (mlp2, ATOMIC): program_id(0)
         is the N tile times SPLITK plus the K slice, which multiplies K from slice * KS for at most KS and adds
         its share (the bias with slice 0's) into the output."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
@@ -464,7 +465,7 @@ if gluon is not None:
             if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
                 _g_proxy_fence()
             if TRACE:
-                t_wait = _g_clock_ns()
+                _g_trace_mark(trace_ptr, 1)
         r = gl.arange(0, BLOCK_N, layout=row_layout(LW))
         ra, rb = _g_rows(pn * COLS + r % COLS, N, PHASE, TILED)
         rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP))
@@ -519,7 +520,6 @@ if gluon is not None:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
             _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
-        return t_wait
 
 
     @gluon.jit
@@ -552,43 +552,41 @@ if gluon is not None:
         most BLOCK_M / 2 positions runs the half-width build of the same program (wgmma N = BLOCK_M / 2; layouts
         *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much. ATOMIC (mlp2):
         the gate-weighted rows are added into the layer output (_epilogue), no combine launch after."""
-        t_start = 0
-        t_wait = 0
-        if TRACE:
-            t_start = _g_clock_ns()
+        if TRACE:  # the program's record, its words stored as they happen
+            _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
             _g_pdl_release()
         else:
             _g_pdl_enter()
         if TRACE:
-            t_wait = _g_clock_ns()
+            _g_trace_mark(trace_ptr, 1)
         tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
             if HALF:  # a constexpr branch first: builds without HALF never instantiate the half-width tile
                 if end - m0 <= BLOCK_M // 2:
-                    t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                    _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                         OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
                                         xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS)
                 else:
-                    t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                    _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                         OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                         TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                         TRACE,
                                         xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
             else:
-                t_wait = _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                     OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                    chain_ptr, TILES, NEED, wdesc, sdesc, GE, t_wait, PHASE, BLOCK_N, CHUNKS,
+                                    chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                     TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
                                     TRACE,
                                     xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
         if TRACE:
-            _g_trace_store(trace_ptr, tile * gl.num_programs(0) + gl.program_id(0), t_start, t_wait, live)
+            _g_trace_end(trace_ptr, live)
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,

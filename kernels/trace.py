@@ -7,9 +7,9 @@ where a layer's time goes: the ramp before the first program streams, programs w
 (PDL, CHAIN counters), and the last partial wave.
 
 Kernels that support it take `trace_ptr` and a `TRACE` constexpr (off: the same build as without it) and call
-`trace_store` once per program, live or spare. The host side is `program_trace()`: launches made inside it
-allocate a record buffer each and pass TRACE=True (compiled kernels only: %globaltimer has no interpreter
-equivalent). labkit.timeline turns the records into a table and a chart.
+`trace_mark` at the program's start and past its wait and `trace_end` at its end, live or spare. The host side is
+`program_trace()`: launches made inside it allocate a record buffer each and pass TRACE=True (compiled kernels only:
+%globaltimer has no interpreter equivalent). labkit.timeline turns the records into a table and a chart.
 """
 
 from __future__ import annotations
@@ -32,14 +32,26 @@ def clock_ns():
 
 
 @triton.jit
-def trace_store(trace_ptr, pid, t_start, t_wait, live):
-    """Write program pid's record: its start and after-wait times (taken by the caller), now, and its SM."""
-    t_end = clock_ns()
+def _record(trace_ptr):
+    """This program's record in a 2-D grid's buffer (program_id(0) fastest), found again at each use: nothing of
+    the trace stays in registers across the program's loop."""
+    return trace_ptr + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * 4  # WORDS
+
+
+@triton.jit
+def trace_mark(trace_ptr, word):
+    """Store now into word `word` of this program's record (0 its start, 1 past its wait) when it happens: times
+    held in registers until the program's end took a 20b mlp1 build from 119 to 163 registers (3 programs per SM
+    instead of 4), so the timeline showed another occupancy than the timed layer's."""
+    tl.store(_record(trace_ptr) + word, clock_ns())
+
+
+@triton.jit
+def trace_end(trace_ptr, live):
+    """The record's last words: the end time (now) and the SM id * 2 + live."""
+    rec = _record(trace_ptr)
+    tl.store(rec + 2, clock_ns())
     sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-    rec = trace_ptr + pid.to(tl.int64) * 4
-    tl.store(rec, t_start)
-    tl.store(rec + 1, t_wait)
-    tl.store(rec + 2, t_end)
     tl.store(rec + 3, sm.to(tl.int64) * 2 + live.to(tl.int64))
 
 
