@@ -797,7 +797,7 @@ def _rule_rows2(cfg, problem):
         mlp2 = {**mlp2, of: cfg[own], own: None}
     if cfg.get("STAGES2") is not None and not cfg.get("WGMMA"):
         return "STAGES2 applies only with WGMMA"
-    if mlp2 is cfg or mlp2 == cfg:
+    if mlp2 == cfg:
         return None
     return _rule_registers(mlp2, problem) or _rule_ring(mlp2, problem)
 

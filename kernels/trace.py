@@ -23,6 +23,7 @@ from ._triton import tl, triton
 
 #: int64 words per program record: start ns, after-wait ns, end ns, SM id * 2 + live
 WORDS = 4
+_WORDS = tl.constexpr(WORDS)  # the same, readable inside kernels
 
 
 @triton.jit
@@ -35,7 +36,7 @@ def clock_ns():
 def _record(trace_ptr):
     """This program's record in a 2-D grid's buffer (program_id(0) fastest), found again at each use: nothing of
     the trace stays in registers across the program's loop."""
-    return trace_ptr + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * 4  # WORDS
+    return trace_ptr + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * _WORDS
 
 
 @triton.jit

@@ -85,10 +85,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
     """Weight bytes one mlp1 / mlp2 program of a moe_mma config streams: its rows (16 * ROWS * num_warps; mlp2's
-    ROWS2 when set) times its K (mlp2's divided among SPLITK2's slices), at 17/32 byte a weight (an E2M1 nibble
-    plus an E8M0 byte per 32). mlp2t: the
-    half-height second mlp2 launch of TAIL2, an option measured and removed in stop 47, kept so that its stored
-    timelines (results/20261127T102915-h100-80gb-hbm3-moe-timeline-tail2) still summarize."""
+    ROWS2 when set) times its K (mlp2's divided among SPLITK2's slices), at 17/32 byte a weight (an E2M1 nibble plus
+    an E8M0 byte per 32). mlp2t: the half-height second mlp2 launch of TAIL2, an option measured and removed in stop
+    47, kept so that its stored timelines (results/20261127T102915-h100-80gb-hbm3-moe-timeline-tail2) still
+    summarize."""
     from kernels import VARIANTS
 
     full = {**VARIANTS["moe_mma"].defaults, **config}
@@ -165,12 +165,12 @@ def point_label(model: str, tokens, taken) -> str:
 
 
 def build_occupancy(model: str, tokens: int, config: dict, arch: int | None = None) -> pd.DataFrame:
-    """Registers, shared memory and resident programs per SM of the layer's mlp1 and mlp2 builds, untraced (what
-    the sweeps time) and traced (what a timeline records): kernels.trace's records cost registers, and a traced
-    build that fits fewer programs per SM shows a different occupancy than the layer it stands for (gpt-oss-20b
-    at 16 tokens: mlp1 163 registers traced against 119, 3 programs per SM against 4, before kernels.trace stored
-    each word as it happens; mlp2 still 80 against 71). Compiles both without
-    running them (labkit.compile, for `arch` or this GPU); needs the CUDA toolchain's cuobjdump for registers."""
+    """Registers, shared memory and resident programs per SM of the layer's mlp1 and mlp2 builds, untraced (what the
+    sweeps time) and traced (what a timeline records): kernels.trace's records cost registers, and a traced build
+    that fits fewer programs per SM shows a different occupancy than the layer it stands for (gpt-oss-20b at 16
+    tokens: mlp1 163 registers traced against 119, 3 programs per SM against 4, before kernels.trace stored each
+    word as it happens; mlp2 still 80 against 71). Compiles both without running them (labkit.compile, for `arch` or
+    this GPU); needs the CUDA toolchain's cuobjdump for registers."""
     import contextlib
 
     from kernels import VARIANTS
