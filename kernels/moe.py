@@ -427,6 +427,17 @@ def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def tile_count(offs_ptr, re, E, BLOCK_M: tl.constexpr):
+    """The routing's token tiles, the ones tile_rows numbers as live (the sum over experts of ceil(count /
+    BLOCK_M)): a persistent grid's work runs to this count times the programs of a tile, not to tile_slots'
+    worst case. re as tile_rows'."""
+    em = re < E
+    lo = tl.load(offs_ptr + re, mask=em, other=0)
+    hi = tl.load(offs_ptr + 1 + re, mask=em, other=0)
+    return tl.sum((hi - lo + (BLOCK_M - 1)) // BLOCK_M, 0)
+
+
+@triton.jit
 def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KA,
                    TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, EP: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, F16: tl.constexpr = False):

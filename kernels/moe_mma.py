@@ -34,7 +34,7 @@ import torch
 
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
-from .linear_f16 import logical_pos, x_to_f16
+from .linear_f16 import logical_pos, sm_count, x_to_f16
 from .linear_mma import (
     SHARED_BYTES,
     _tile_offsets,
@@ -45,7 +45,7 @@ from .linear_mma import (
     wg_layouts,
     wgmma_reason,
 )
-from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_rows, tile_slots, word_major_pos
+from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, step_major, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, wait_count
 from .trace import trace_args, trace_end, trace_mark
@@ -171,14 +171,36 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                   OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
                   LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
-                  ATOMIC: tl.constexpr = False, SPLITK: tl.constexpr = 1, KS=0):
+                  ATOMIC: tl.constexpr = False, SPLITK: tl.constexpr = 1, KS=0, PERSIST: tl.constexpr = False,
+                  NT=0):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
     ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel; SPLITK: program_id(1) is the N tile times
-    SPLITK plus the K slice, as the WGMMA kernel's program_id(0))."""
-    tile = tl.program_id(0)
-    pn = tl.program_id(1) // SPLITK
-    ks = tl.program_id(1) % SPLITK * KS
+    SPLITK plus the K slice, as the WGMMA kernel's program_id(0); PERSIST: a grid of programs each taking every
+    num_programs-th of the routing's tiles' NT programs' work, as the WGMMA kernel's)."""
+    if PERSIST:
+        total = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M) * NT
+        for w in range(tl.program_id(0), total, tl.num_programs(0)):
+            _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
+                       TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
+                       LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
+    else:
+        _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
+                   TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
+                   LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, tl.program_id(0),
+                   tl.program_id(1), tl.num_programs(1))
+
+
+@triton.jit
+def _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK,
+               alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: tl.constexpr, EP: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
+               LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
+               ATOMIC: tl.constexpr, SPLITK: tl.constexpr, KS, tile, pid_n, NT):
+    """One program's work of _moe_mma_twin: token tile `tile`, N tile times SPLITK plus K slice `pid_n`, of a
+    tile's NT."""
+    pn = pid_n // SPLITK
+    ks = pid_n % SPLITK * KS
     e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
     if live:
         if CHAIN and PHASE == 2:
@@ -230,7 +252,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
         _epilogue(acc_a, acc_b, j, pn * BLOCK_N, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
                   alpha, limit, act_scale, SMAX, PHASE, LOGICAL, sorted_ptr, TOPK, ATOMIC)
         if CHAIN:
-            _chain_done(chain_ptr, tile, TILES, tl.num_programs(1), PHASE)
+            _chain_done(chain_ptr, tile, TILES, NT, PHASE)
 
 
 @triton.jit
@@ -245,6 +267,7 @@ def _chain_done(chain_ptr, tile, TILES, n_tiles, PHASE: tl.constexpr):
 
 if gluon is not None:
     _g_tile_rows_of = gluon.jit(tile_rows.fn)
+    _g_tile_count_of = gluon.jit(tile_count.fn)
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
@@ -262,6 +285,12 @@ if gluon is not None:
         """tile_rows with its vector over experts in a plain blocked layout (a scan needs one)."""
         experts = gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
         return _g_tile_rows_of(offs_ptr, tile, experts, E, BLOCK_M)
+
+    @gluon.jit
+    def _g_tile_count(offs_ptr, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
+        """tile_count with its vector over experts in a plain blocked layout."""
+        experts = gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+        return _g_tile_count_of(offs_ptr, experts, E, BLOCK_M)
 
     @gluon.jit
     def _g_tile(sorted_ptr, w_ptr, s_ptr, e, m0, end, N, K, KP, TOPK, WE, SE, PHASE: gl.constexpr,
@@ -435,8 +464,8 @@ if gluon is not None:
 
     @gluon.jit
     def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
-                   limit, act_scale, SMAX, WE, SE, e, m0, end, tile, chain_ptr, TILES, NEED, wdesc, sdesc, GE,
-                   trace_ptr,
+                   limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT, chain_ptr, TILES, NEED, wdesc, sdesc,
+                   GE, trace_ptr,
                    PHASE: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
                    STAGES: gl.constexpr, RING_W: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
@@ -444,12 +473,12 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
-        wait marks the program's record in trace_ptr again past it). SPLITK > 1 (mlp2, ATOMIC): program_id(0)
-        is the N tile times SPLITK plus the K slice, which multiplies K from slice * KS for at most KS and adds
-        its share (the bias with slice 0's) into the output."""
+        wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
+        SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
+        slice * KS for at most KS and adds its share (the bias with slice 0's) into the output."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
-        pn = gl.program_id(0)
+        pn = pid_n
         ks = 0
         if SPLITK > 1:
             ks = pn % SPLITK * KS
@@ -519,7 +548,7 @@ if gluon is not None:
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
-            _g_chain_done(chain_ptr, tile, TILES, gl.num_programs(0), PHASE)
+            _g_chain_done(chain_ptr, tile, TILES, NT, PHASE)
 
 
     @gluon.jit
@@ -533,7 +562,7 @@ if gluon is not None:
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
-                       KS=0):
+                       KS=0, PERSIST: gl.constexpr = False, NT=0):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -551,7 +580,9 @@ if gluon is not None:
         program's record for kernels.trace (start, past its PDL or CHAIN wait, end, SM). HALF: a tile holding at
         most BLOCK_M / 2 positions runs the half-width build of the same program (wgmma N = BLOCK_M / 2; layouts
         *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much. ATOMIC (mlp2):
-        the gate-weighted rows are added into the layer output (_epilogue), no combine launch after."""
+        the gate-weighted rows are added into the layer output (_epilogue), no combine launch after. PERSIST: a
+        grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
+        a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid."""
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
@@ -560,33 +591,60 @@ if gluon is not None:
             _g_pdl_enter()
         if TRACE:
             _g_trace_mark(trace_ptr, 1)
-        tile = gl.program_id(1)  # N tiles vary fastest: an x tile and an expert's weights stay in L2
+        if PERSIST:  # every num_programs-th program's work of the routing's tiles, N tiles fastest
+            total = _g_tile_count(offs_ptr, E, EP, BLOCK_M) * NT
+            for w in range(gl.program_id(0), total, gl.num_programs(0)):
+                _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                           OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
+                           TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
+                           CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
+                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
+            live = total > gl.program_id(0)
+        else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
+            live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                              OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
+                              CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
+                              TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
+                              HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
+                              gl.program_id(1), gl.program_id(0), gl.num_programs(0))
+        if TRACE:
+            _g_trace_end(trace_ptr, live)
+
+    @gluon.jit
+    def _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
+                   TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE: gl.constexpr, EP: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
+                   STAGES: gl.constexpr, RING_W: gl.constexpr, LW: gl.constexpr, MMA: gl.constexpr,
+                   LXCP: gl.constexpr, SX: gl.constexpr, EPI: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
+                   LSC: gl.constexpr, NIB: gl.constexpr, chain_ptr, TILES, NEED, CHAIN: gl.constexpr,
+                   EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE, TMA: gl.constexpr,
+                   trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h, LW_H: gl.constexpr,
+                   MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
+                   ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT):
+        """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
+        program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
         if live:
             if HALF:  # a constexpr branch first: builds without HALF never instantiate the half-width tile
                 if end - m0 <= BLOCK_M // 2:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                                        OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
-                                        TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
-                                        TRACE,
-                                        xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS)
+                               OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
+                               chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
+                               TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
+                               xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                                        OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                        chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
-                                        TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
-                                        TRACE,
-                                        xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
+                               OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
+                               chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
+                               TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
+                               xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                                    OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile,
-                                    chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
-                                    TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA,
-                                    TRACE,
-                                    xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
-        if TRACE:
-            _g_trace_end(trace_ptr, live)
+                           OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
+                           chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
+                           TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
+                           xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
+        return live
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
@@ -605,8 +663,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     splits = dict(SPLITK=split, KS=-(-steps // split) * step if split > 1 else 0)  # whole steps a slice
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
+    nt = grid[1]  # a token tile's programs
+    persist = int(cfg.get(f"PERSIST{phase}") or 0)
     if compiled_wg:
         grid = grid[::-1]
+    if persist:  # programs per SM, each taking every grid-th program's work (no more than the worst case has)
+        grid = (min(persist * sm_count(x16.device), grid[0] * grid[1]), 1)
     if cfg["TILED"]:
         p = tile_mxfp4(p, deinterleave=phase == 1)
     if cfg["NIB"]:
@@ -618,7 +680,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained,
-                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits)
+                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt)
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -656,7 +718,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
-                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, **extra)
+                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
+                             **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -667,13 +730,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         else:
             _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
                                   num_warps=cfg["num_warps"], **extra)
-    return grid[0] if compiled_wg else grid[1]
+    return nt
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, PERSIST2=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -704,7 +767,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies from run to run,
     and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC): mlp2's K in SPLITK2
     slices of whole steps, each its own program adding its share (slice 0 with the bias), so mlp2's programs, which
-    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC.
+    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC. PERSIST1 / PERSIST2
+    (WGMMA): mlp1's / mlp2's grid is that many programs per SM, each doing every grid-th of the routing's
+    programs' work in order, instead of one program per slot of the worst-case grid: no spare programs to
+    dispatch, and mlp2's PDL launch (which waits for every mlp1 program to start) comes at mlp1's start, so
+    mlp2's programs take the slots mlp1's free with no launch between.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -717,7 +784,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     y = torch.empty((T, H) if atomic else (S, H), device=x.device, dtype=torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2)
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
+               PERSIST1=PERSIST1, PERSIST2=PERSIST2)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -815,6 +883,14 @@ def _rule_splitk2(cfg, problem):
     return None
 
 
+def _rule_persist(cfg, problem):
+    """PERSIST1 / PERSIST2 loop the WGMMA kernel's programs over their work (the mma.sync kernels have no loop)."""
+    for opt in ("PERSIST1", "PERSIST2"):
+        if cfg.get(opt) and not cfg.get("WGMMA"):
+            return f"{opt} applies only with WGMMA"
+    return None
+
+
 def _rule_half(cfg, problem):
     """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
     if not cfg.get("HALF"):
@@ -834,13 +910,14 @@ register(Variant(
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
+           "PERSIST2": (0, 2, 3, 4, 5, 6, 7, 8)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
-              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1},
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0, "PERSIST2": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, rule_scale_span),
+           _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "

@@ -92,6 +92,8 @@ def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
     from kernels import VARIANTS
 
     full = {**VARIANTS["moe_mma"].defaults, **config}
+    if full.get("PERSIST1") or full.get("PERSIST2"):
+        raise ValueError("PERSIST1 / PERSIST2 programs do several tiles' work each: no bytes per program")
     rows1 = 16 * full["ROWS"] * full["num_warps"]
     rows2 = 16 * (full["ROWS2"] or full["ROWS"]) * full["num_warps"]
     split = (full.get("SPLITK2") or 1) if full.get("ATOMIC") else 1
@@ -197,7 +199,8 @@ def build_occupancy(model: str, tokens: int, config: dict, arch: int | None = No
 def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """A timeline run folder's tables and charts from its programs (one `point` per traced layer, read
     "MODEL TOKENS tokens", " #2" and on for a shape's later configs): summary.csv (summarize), stream.csv
-    (stream_loss, for the points `configs` gives a moe_mma config of) and one chart per point. Returns (summary,
+    (stream_loss, for the points `configs` gives a moe_mma config of, persistent grids left out: their programs'
+    bytes vary) and one chart per point. Returns (summary,
     stream or None)."""
     from pathlib import Path
 
@@ -208,7 +211,7 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     rows, streams = [], []
     for point, d in df.groupby("point", sort=False):
         rows.append(summarize(d).assign(point=point))
-        if point in configs:
+        if point in configs and not (configs[point].get("PERSIST1") or configs[point].get("PERSIST2")):
             c = get_model(point.split()[0])
             streams.append(stream_loss(d, program_bytes(configs[point], c.hidden, c.intermediate)).assign(point=point))
         name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())

@@ -10,7 +10,7 @@ import torch
 
 import kernels as K
 from kernels._triton import tl, triton
-from kernels.moe import expert_span, moe_problem, tile_rows
+from kernels.moe import expert_span, moe_problem, tile_count, tile_rows
 from kernels.tables import MOE_TABLE, pick_moe
 from labkit import routing as rgen
 
@@ -118,6 +118,22 @@ def test_tile_rows_enumerates_each_experts_tiles_then_spares(counts, block_m, de
     got = [tuple(row) for row in out.cpu().tolist()]
     assert got[:len(want)] == want
     assert all(live == 0 for *_, live in got[len(want):])
+
+
+@triton.jit
+def _tile_count_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr):
+    tl.store(out_ptr, tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M))
+
+
+@pytest.mark.parametrize("counts,block_m", [([0, 3, 0, 0, 17, 1], 8), ([40], 16), ([0, 0, 5], 8),
+                                            ([9, 8, 7, 0, 0, 1, 16, 2, 0], 4)])
+def test_tile_count_is_the_number_of_live_tiles(counts, block_m, device):
+    """tile_count gives the routing's tiles, sum of ceil(count / BLOCK_M) over experts: the tiles tile_rows
+    numbers as live (a persistent grid's work runs to it)."""
+    offs = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    out = torch.full((1,), -1, dtype=torch.int32, device=device)
+    _tile_count_probe[(1,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m)
+    assert out.item() == sum(-(-c // block_m) for c in counts)
 
 
 @pytest.mark.parametrize("E,S,block_m", [(128, 128, 8), (32, 128, 8), (4, 37, 16), (8, 3, 8), (1, 40, 16),
@@ -771,6 +787,31 @@ def test_moe_mma_splitk2_adds_its_slices(device):
     assert "TMA" in v.reason({**v.defaults, **cfg, "TMA": True, "SPLITK2": 2}, problem)
 
 
+def test_moe_mma_persistent_grids_do_every_program_once(device):
+    """PERSIST1 / PERSIST2: a grid of that many programs per SM (4 SMs in the interpreter), each doing every
+    grid-th program's work of the routing's tiles: the same work as one program per slot, so the same bits
+    (CHAIN's counters waited on and reset, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger
+    than the work); SPLITK2's shares add in another order, so within 1% of the one-program-per-slot output. The
+    mma.sync kernels have no loop: refused without WGMMA."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    dw, x, r, ref = odd_layer(19, 37, 6, device)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
+                  {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True, "ATOMIC": True},
+                  {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
+        c = {**cfg, **extra}
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
+        for persist in ({"PERSIST1": 2}, {"PERSIST2": 3}, {"PERSIST1": 1, "PERSIST2": 8}):
+            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, **persist), y), (extra, persist)
+        assert rel_err(y, ref) < TOL
+    c = {**cfg, "BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "ATOMIC": True, "SPLITK2": 2}
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
+    assert rel_err(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=2, PERSIST2=2), y.float().cpu()) < 1e-2
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "PERSIST2": 7}, problem) is None
+    assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST1": 4}, problem)
+    assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST2": 4}, problem)
+
+
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
@@ -799,13 +840,16 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"TMA": 2, "CHAIN": True, "HALF": True}, {"CHAIN": True, "STEP_MAJOR": True},
                                   {"TMA": 2, "CHAIN": True, "STEP_MAJOR": True},
                                   {"CHAIN": True, "ATOMIC": True}, {"TMA": 2, "CHAIN": True, "ATOMIC": True},
-                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2}])
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2},
+                                  {"CHAIN": True, "PERSIST1": 4, "MAXNREG": 128},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3, "PERSIST2": 4},
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "PERSIST2": 7}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
-    the replays refill and every replay's tiles fit the grid (SPLITK2's output, whose shares round in bf16 in
-    any order, within 1%)."""
+    the replays refill and every replay's tiles fit the grid, and PERSIST1 / PERSIST2's programs run each
+    replay's tiles and no more (SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
