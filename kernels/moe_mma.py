@@ -736,7 +736,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, PERSIST2=0):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, PERSIST2=0, MAXNREG2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -771,7 +771,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     (WGMMA): mlp1's / mlp2's grid is that many programs per SM, each doing every grid-th of the routing's
     programs' work in order, instead of one program per slot of the worst-case grid: no spare programs to
     dispatch, and mlp2's PDL launch (which waits for every mlp1 program to start) comes at mlp1's start, so
-    mlp2's programs take the slots mlp1's free with no launch between.
+    mlp2's programs take the slots mlp1's free with no launch between. MAXNREG2: mlp2's own register cap (the
+    persistent loop costs registers: mlp2 at 20b 16 tokens 107 against 71, 72 under MAXNREG2=72).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -795,7 +796,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG}, chain,
+            need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -853,11 +855,11 @@ def _rule_ring(cfg, problem):
 
 
 def _rule_rows2(cfg, problem):
-    """ROWS2 and STAGES2 build mlp2 with ROWS = ROWS2 and STAGES = STAGES2: that build is held to the register and
-    ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
+    """ROWS2, STAGES2 and MAXNREG2 build mlp2 with ROWS = ROWS2, STAGES = STAGES2 and MAXNREG = MAXNREG2: that build
+    is held to the register and ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
     (the mma.sync builds' STAGES also chooses between their ring and register loads)."""
     mlp2 = dict(cfg)
-    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES")):
+    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES"), ("MAXNREG2", "MAXNREG")):
         if cfg.get(own) is None:
             continue
         if cfg[own] == cfg[of]:
@@ -911,11 +913,11 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "PERSIST2": (0, 2, 3, 4, 5, 6, 7, 8)},
+           "PERSIST2": (0, 2, 3, 4, 5, 6, 7, 8), "MAXNREG2": (None, 72, 80, 96, 128)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
-              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0, "PERSIST2": 0},
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0, "PERSIST2": 0, "MAXNREG2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
