@@ -664,7 +664,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     nt = grid[1]  # a token tile's programs
-    persist = int(cfg.get(f"PERSIST{phase}") or 0)
+    persist = int(cfg.get("PERSIST1") or 0) if phase == 1 else 0
     if compiled_wg:
         grid = grid[::-1]
     if persist:  # programs per SM, each taking every grid-th program's work (no more than the worst case has)
@@ -736,7 +736,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, PERSIST2=0, MAXNREG2=None):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -767,12 +767,13 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies from run to run,
     and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC): mlp2's K in SPLITK2
     slices of whole steps, each its own program adding its share (slice 0 with the bias), so mlp2's programs, which
-    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC. PERSIST1 / PERSIST2
-    (WGMMA): mlp1's / mlp2's grid is that many programs per SM, each doing every grid-th of the routing's
-    programs' work in order, instead of one program per slot of the worst-case grid: no spare programs to
-    dispatch, and mlp2's PDL launch (which waits for every mlp1 program to start) comes at mlp1's start, so
-    mlp2's programs take the slots mlp1's free with no launch between. MAXNREG2: mlp2's own register cap (the
-    persistent loop costs registers: mlp2 at 20b 16 tokens 107 against 71, 72 under MAXNREG2=72).
+    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC. PERSIST1 (WGMMA):
+    mlp1's grid is that many programs per SM, each doing every grid-th of the routing's programs' work in order,
+    instead of one program per slot of the worst-case grid: no spare programs to dispatch, and mlp2's PDL launch
+    (which waits for every mlp1 program to start) comes at mlp1's start, so mlp2's programs take the slots mlp1's
+    free with no launch between. The loop costs registers (mlp1 at 20b 16 tokens 167 against 119, 3 programs per
+    SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 10-30% slower: its
+    programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -786,7 +787,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1, PERSIST2=PERSIST2)
+               PERSIST1=PERSIST1)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -796,8 +797,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG}, chain,
-            need)
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -855,11 +855,11 @@ def _rule_ring(cfg, problem):
 
 
 def _rule_rows2(cfg, problem):
-    """ROWS2, STAGES2 and MAXNREG2 build mlp2 with ROWS = ROWS2, STAGES = STAGES2 and MAXNREG = MAXNREG2: that build
-    is held to the register and ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
+    """ROWS2 and STAGES2 build mlp2 with ROWS = ROWS2 and STAGES = STAGES2: that build is held to the register and
+    ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
     (the mma.sync builds' STAGES also chooses between their ring and register loads)."""
     mlp2 = dict(cfg)
-    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES"), ("MAXNREG2", "MAXNREG")):
+    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES")):
         if cfg.get(own) is None:
             continue
         if cfg[own] == cfg[of]:
@@ -886,10 +886,9 @@ def _rule_splitk2(cfg, problem):
 
 
 def _rule_persist(cfg, problem):
-    """PERSIST1 / PERSIST2 loop the WGMMA kernel's programs over their work (the mma.sync kernels have no loop)."""
-    for opt in ("PERSIST1", "PERSIST2"):
-        if cfg.get(opt) and not cfg.get("WGMMA"):
-            return f"{opt} applies only with WGMMA"
+    """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop)."""
+    if cfg.get("PERSIST1") and not cfg.get("WGMMA"):
+        return "PERSIST1 applies only with WGMMA"
     return None
 
 
@@ -912,12 +911,11 @@ register(Variant(
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "PERSIST2": (0, 2, 3, 4, 5, 6, 7, 8), "MAXNREG2": (None, 72, 80, 96, 128)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
-              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0, "PERSIST2": 0, "MAXNREG2": None},
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -92,8 +92,8 @@ def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
     from kernels import VARIANTS
 
     full = {**VARIANTS["moe_mma"].defaults, **config}
-    if full.get("PERSIST1") or full.get("PERSIST2"):
-        raise ValueError("PERSIST1 / PERSIST2 programs do several tiles' work each: no bytes per program")
+    if full.get("PERSIST1"):
+        raise ValueError("PERSIST1's mlp1 programs do several tiles' work each: no bytes per program")
     rows1 = 16 * full["ROWS"] * full["num_warps"]
     rows2 = 16 * (full["ROWS2"] or full["ROWS"]) * full["num_warps"]
     split = (full.get("SPLITK2") or 1) if full.get("ATOMIC") else 1
@@ -211,7 +211,7 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     rows, streams = [], []
     for point, d in df.groupby("point", sort=False):
         rows.append(summarize(d).assign(point=point))
-        if point in configs and not (configs[point].get("PERSIST1") or configs[point].get("PERSIST2")):
+        if point in configs and not configs[point].get("PERSIST1"):
             c = get_model(point.split()[0])
             streams.append(stream_loss(d, program_bytes(configs[point], c.hidden, c.intermediate)).assign(point=point))
         name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())

@@ -788,12 +788,11 @@ def test_moe_mma_splitk2_adds_its_slices(device):
 
 
 def test_moe_mma_persistent_grids_do_every_program_once(device):
-    """PERSIST1 / PERSIST2: a grid of that many programs per SM (4 SMs in the interpreter), each doing every
-    grid-th program's work of the routing's tiles: the same work as one program per slot, so the same bits
-    (CHAIN's counters waited on and reset, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger
-    than the work); SPLITK2's shares add in another order, so within 1% of the one-program-per-slot output. The
-    mma.sync kernels have no loop: refused without WGMMA. MAXNREG2 (mlp2's own register cap) equal to MAXNREG
-    repeats a config: refused."""
+    """PERSIST1: a grid of that many mlp1 programs per SM (4 SMs in the interpreter), each doing every grid-th
+    program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's
+    counters signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work);
+    with SPLITK2 the shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync
+    kernels have no loop: refused without WGMMA."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
@@ -801,18 +800,15 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist in ({"PERSIST1": 2}, {"PERSIST2": 3}, {"PERSIST1": 1, "PERSIST2": 8, "MAXNREG2": 72}):
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, **persist), y), (extra, persist)
+        for persist in (2, 1, 8):
+            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist), y), (extra, persist)
         assert rel_err(y, ref) < TOL
     c = {**cfg, "BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "ATOMIC": True, "SPLITK2": 2}
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-    assert rel_err(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=2, PERSIST2=2), y.float().cpu()) < 1e-2
+    assert rel_err(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=2), y.float().cpu()) < 1e-2
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "PERSIST2": 7}, problem) is None
+    assert v.reason({**v.defaults, **cfg, "PERSIST1": 4}, problem) is None
     assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST1": 4}, problem)
-    assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST2": 4}, problem)
-    assert v.reason({**v.defaults, **cfg, "PERSIST2": 7, "MAXNREG2": 72}, problem) is None
-    assert "repeats" in v.reason({**v.defaults, **cfg, "MAXNREG": 128, "MAXNREG2": 128}, problem)
 
 
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
@@ -845,15 +841,14 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True}, {"TMA": 2, "CHAIN": True, "ATOMIC": True},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2},
                                   {"CHAIN": True, "PERSIST1": 4, "MAXNREG": 128},
-                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3, "PERSIST2": 4},
-                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "PERSIST2": 7,
-                                   "MAXNREG2": 72}])
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3},
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 168}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
-    the replays refill and every replay's tiles fit the grid, and PERSIST1 / PERSIST2's programs run each
-    replay's tiles and no more (SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
+    the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
+    and no more (SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
