@@ -41,11 +41,14 @@ def _problem_cols(op: str) -> list[str]:
 
 def runnable(variant: str, config: str) -> bool:
     """Whether this checkout can still run a stored (variant, config): the variant is registered and knows
-    every parameter (runs keep configs of options measured and later removed, e.g. L2_PREFETCH)."""
+    every parameter set on (runs keep configs of options measured and later removed, e.g. L2_PREFETCH). A
+    parameter it no longer knows, stored off (None, False or 0: a removed option's default), is the config
+    without it: the runs between an option's adding and removal store it so in every other config."""
     from kernels import VARIANTS
 
     v = VARIANTS.get(variant)
-    return v is not None and not set(json.loads(config)) - set(v.space) - set(v.defaults)
+    on = {k for k, val in json.loads(config).items() if val is not None and val is not False and val != 0}
+    return v is not None and not on - set(v.space) - set(v.defaults)
 
 
 TABLE_NAMES = {(op, layout): f"{op.upper()}_TABLES" + ("_TILED" if layout.startswith("tiled") else "")

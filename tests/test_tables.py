@@ -55,6 +55,21 @@ def test_configs_this_checkout_cannot_run_are_never_picked(tmp_path):
     assert t[(128, 64)] == t["default"] == [(1 << 62, "gemv", {"BLOCK_N": 64})]
 
 
+def test_a_removed_option_stored_off_is_the_config_without_it():
+    """Runs between an option's adding and removal store it in every config, off in most: those configs are the
+    ones this checkout runs without it; stored on (True, a number, a string) they are not runnable."""
+    import json
+
+    from labkit.tables import runnable
+
+    base = {"BLOCK_M": 8, "ROWS": 2, "WGMMA": True}
+    for off in (None, False, 0):
+        assert runnable("moe_mma", json.dumps({**base, "GONE": off})), off
+    for on in (True, 4, "x"):
+        assert not runnable("moe_mma", json.dumps({**base, "GONE": on})), on
+    assert not runnable("gone_variant", json.dumps(base))
+
+
 def test_opt_in_options_are_never_picked(tmp_path):
     """STEP_MAJOR (a second copy of the weights) and ATOMIC (bits that vary with the order of additions) are a
     user's explicit choice: a faster config with either never enters a table (both configs below can run)."""
