@@ -471,11 +471,14 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, CHAIN: gl.constexpr, EPI_EARLY: gl.constexpr,
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
-                   SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0):
+                   SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
+                   WAIT_LATE: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
-        slice * KS for at most KS and adds its share (the bias with slice 0's) into the output."""
+        slice * KS for at most KS and adds its share (the bias with slice 0's) into the output. WAIT_LATE: the
+        program's PDL wait here, after the tile's routing reads (offsets, sorted positions, gate weights: written
+        two launches back, by route) and bias loads, before x's and its token scales' (x_to_f16's)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -485,7 +488,8 @@ if gluon is not None:
             pn = pn // SPLITK
         if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+            if not WAIT_LATE:  # mlp1's token scales come from x_to_f16
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             if EPI_EARLY == 2:
                 je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
@@ -501,6 +505,10 @@ if gluon is not None:
         src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
         xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                 + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
+        if WAIT_LATE:
+            _g_pdl_enter()
+            if EPI_EARLY:
+                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         xok = None
         if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
             xok = (rm < end)[:, None] & (xofs >= 0)  # the second term only broadcasts
@@ -562,7 +570,7 @@ if gluon is not None:
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
-                       KS=0, PERSIST: gl.constexpr = False, NT=0):
+                       KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -587,7 +595,7 @@ if gluon is not None:
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
             _g_pdl_release()
-        else:
+        elif not WAIT_LATE:
             _g_pdl_enter()
         if TRACE:
             _g_trace_mark(trace_ptr, 1)
@@ -598,7 +606,9 @@ if gluon is not None:
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
-                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
+                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE)
+            if WAIT_LATE and total <= gl.program_id(0):  # no work: the PDL release all the same
+                _g_pdl_enter()
             live = total > gl.program_id(0)
         else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
             live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
@@ -620,7 +630,8 @@ if gluon is not None:
                    EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr, wdesc, sdesc, xdesc, GE, TMA: gl.constexpr,
                    trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h, LW_H: gl.constexpr,
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
-                   ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT):
+                   ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
+                   WAIT_LATE: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
@@ -631,19 +642,22 @@ if gluon is not None:
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
-                               xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS)
+                               xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
+                               WAIT_LATE=WAIT_LATE)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
-                               xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
+                               xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
+                               WAIT_LATE=WAIT_LATE)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
-                           xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS)
+                           xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
+                           WAIT_LATE=WAIT_LATE)
         return live
 
 
@@ -719,7 +733,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
-                             **extra)
+                             WAIT_LATE=bool(persist and cfg.get("WAIT_LATE")), **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -736,7 +750,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -774,6 +788,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     free with no launch between. The loop costs registers (mlp1 at 20b 16 tokens 167 against 119, 3 programs per
     SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 10-30% slower: its
     programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
+    WAIT_LATE (with PERSIST1): a persistent program's PDL wait for x_to_f16 comes after its tile's routing reads
+    (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -787,7 +803,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -886,9 +902,12 @@ def _rule_splitk2(cfg, problem):
 
 
 def _rule_persist(cfg, problem):
-    """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop)."""
+    """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop);
+    WAIT_LATE moves that loop's PDL wait."""
     if cfg.get("PERSIST1") and not cfg.get("WGMMA"):
         return "PERSIST1 applies only with WGMMA"
+    if cfg.get("WAIT_LATE") and not cfg.get("PERSIST1"):
+        return "WAIT_LATE needs PERSIST1"
     return None
 
 
@@ -911,11 +930,13 @@ register(Variant(
            "CHAIN": (False, True), "ROWS2": (None, 1, 2), "STAGES2": (None, 2, 3, 4, 6, 8),
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
-           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8)},
+           "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
+           "WAIT_LATE": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
-              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0},
+              "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
+              "WAIT_LATE": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

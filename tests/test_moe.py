@@ -792,7 +792,8 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's
     counters signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work);
     with SPLITK2 the shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync
-    kernels have no loop: refused without WGMMA."""
+    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads) changes
+    no arithmetic; its ordering is checked on the GPU (test_moe_mma_tma_under_graphs_with_new_routing)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
@@ -800,8 +801,9 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist in (2, 1, 8):
-            assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist), y), (extra, persist)
+        for persist, late in ((2, False), (1, True), (8, True)):
+            got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late)
+            assert torch.equal(got, y), (extra, persist)
         assert rel_err(y, ref) < TOL
     c = {**cfg, "BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "ATOMIC": True, "SPLITK2": 2}
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
@@ -809,6 +811,7 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4}, problem) is None
     assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST1": 4}, problem)
+    assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "WAIT_LATE": True}, problem)
 
 
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
@@ -841,6 +844,7 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True}, {"TMA": 2, "CHAIN": True, "ATOMIC": True},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2},
                                   {"CHAIN": True, "PERSIST1": 4, "MAXNREG": 128},
+                                  {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": True},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 168}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
@@ -848,7 +852,7 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
-    and no more (SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
+    and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
