@@ -336,11 +336,25 @@ if gluon is not None:
 
     @gluon.jit
     def _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, c, steps, KW, KB,
-                      STEP: gl.constexpr, STAGES: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0):
+                      STEP: gl.constexpr, STAGES: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0,
+                      PART: gl.constexpr = 0):
         """RING_W: start the cp.async copies of step c's x rows, weight words (each thread copies the words it
         reads later) and scale bytes (per chunk, four rows' 4 bytes each: 16 contiguous bytes in tile_mxfp4's
         layout, which is zero-padded to whole chunks and 16-row groups) into ring slot c % STAGES, as one
-        group; past the last step nothing (zero-filled). SM: from prepare.step_major's copy (a chunk GT groups)."""
+        group; past the last step nothing (zero-filled). SM: from prepare.step_major's copy (a chunk GT groups).
+        PART 1: the weight copies only, not committed; PART 2: the x copy and the commit only."""
+        slot = c % STAGES
+        if PART != 2:
+            _g_ring_issue_w(wsm, ssm, w_ptr, wofs, group, s_ptr, scofs, c, KW, STEP, STAGES, SM, GT)
+        if PART != 1:
+            async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
+                                                   mask=x_live(c, steps, xok))
+            async_copy.commit_group()
+
+    @gluon.jit
+    def _g_ring_issue_w(wsm, ssm, w_ptr, wofs, group, s_ptr, scofs, c, KW, STEP: gl.constexpr,
+                        STAGES: gl.constexpr, SM: gl.constexpr, GT):
+        """_g_ring_issue's weight words and scale bytes of step c."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         if SM:
@@ -357,14 +371,11 @@ if gluon is not None:
                                                    s_ptr + scofs + (c * CHUNKS + q) * cs,
                                                    # the chunk's K test, broadcast over the copy (offsets >= 0)
                                                    mask=(scofs >= 0) & (c * CHUNKS + q < (KW + 15) // 16))
-        async_copy.async_copy_global_to_shared(xsm.index(slot), x_ptr + xofs + c * (STEP * 8),
-                                               mask=x_live(c, steps, xok))
-        async_copy.commit_group()
 
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0):
+                        NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0, EARLY: gl.constexpr = False):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -374,12 +385,23 @@ if gluon is not None:
         allocated to the wait by shared stores in a never-taken branch; ea0df83), was bit-identical and no
         faster: geometric means 1.011-1.018, 1-6% slower from 512 tokens (results/20261124T090950-h100-80gb-
         hbm3-moe-slices, ...091124-...-linear-slices). ptxas issued the first slice early and the rest together,
-        and two programs per SM already overlap one's decode with the other's wgmma."""
+        and two programs per SM already overlap one's decode with the other's wgmma.
+        EARLY: the program's PDL wait comes after its first STAGES - 1 steps' weight copies, before any x copy
+        (those weight copies join step 0's group)."""
         STEP: gl.constexpr = CHUNKS * 16
         steps = gl.cdiv(KW, STEP)
-        for q in gl.static_range(STAGES - 1):
-            _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
-                          STEP, STAGES, xok, SM, GT)
+        if EARLY:
+            for q in gl.static_range(STAGES - 1):
+                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
+                              STEP, STAGES, xok, SM, GT, PART=1)
+            _g_pdl_enter()
+            for q in gl.static_range(STAGES - 1):
+                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
+                              STEP, STAGES, xok, SM, GT, PART=2)
+        else:
+            for q in gl.static_range(STAGES - 1):
+                _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
+                              STEP, STAGES, xok, SM, GT)
         for c in range(0, steps):
             async_copy.wait_group(STAGES - 2)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp is done with step c - 1's slot
@@ -601,7 +623,8 @@ if gluon is not None:
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
         to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
-        row offsets still follow the weight's K."""
+        row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
+        weight copies."""
         if KL is None:
             KL = K
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
@@ -617,7 +640,7 @@ if gluon is not None:
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC, SM)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KL // 8,
-                                      KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT)
+                                      KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT, EARLY)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)

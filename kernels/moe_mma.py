@@ -478,7 +478,8 @@ if gluon is not None:
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
         slice * KS for at most KS and adds its share (the bias with slice 0's) into the output. WAIT_LATE: the
         program's PDL wait here, after the tile's routing reads (offsets, sorted positions, gate weights: written
-        two launches back, by route) and bias loads, before x's and its token scales' (x_to_f16's)."""
+        two launches back, by route) and bias loads, before x's and its token scales' (x_to_f16's); 2: in the
+        K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -505,7 +506,7 @@ if gluon is not None:
         src = _g_source(sorted_ptr, rm, end, m0, TOPK, PHASE)
         xofs = (gl.multiple_of(src.to(gl.int64) * KP, 128)[:, None]
                 + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
-        if WAIT_LATE:
+        if WAIT_LATE == 1:
             _g_pdl_enter()
             if EPI_EARLY:
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
@@ -529,8 +530,10 @@ if gluon is not None:
             xofs += ks
             kl = gl.maximum(gl.minimum(K - ks, KS), 0)
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
-                            TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, False,
+                            TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl)
+        if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
             pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
             acc_a, acc_b = gl.split(pair)
@@ -733,7 +736,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
-                             WAIT_LATE=bool(persist and cfg.get("WAIT_LATE")), **extra)
+                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -789,7 +792,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 10-30% slower: its
     programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
     WAIT_LATE (with PERSIST1): a persistent program's PDL wait for x_to_f16 comes after its tile's routing reads
-    (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch.
+    (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after
+    its first STAGES - 1 steps' weight copies too.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -908,6 +912,8 @@ def _rule_persist(cfg, problem):
         return "PERSIST1 applies only with WGMMA"
     if cfg.get("WAIT_LATE") and not cfg.get("PERSIST1"):
         return "WAIT_LATE needs PERSIST1"
+    if cfg.get("WAIT_LATE") == 2 and not (cfg.get("RING_W") or cfg.get("TMA")):
+        return "WAIT_LATE=2 copies weights ahead of the wait in RING_W's or TMA's ring"
     return None
 
 
@@ -931,7 +937,7 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True)},
+           "WAIT_LATE": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,

@@ -792,8 +792,9 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's
     counters signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work);
     with SPLITK2 the shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync
-    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads) changes
-    no arithmetic; its ordering is checked on the GPU (test_moe_mma_tma_under_graphs_with_new_routing)."""
+    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads; 2:
+    after its first weight copies too, which needs a ring of them) changes no arithmetic; its ordering is checked
+    on the GPU (test_moe_mma_tma_under_graphs_with_new_routing)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
@@ -801,7 +802,7 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist, late in ((2, False), (1, True), (8, True)):
+        for persist, late in ((2, False), (1, True), (8, 2)):
             got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late)
             assert torch.equal(got, y), (extra, persist)
         assert rel_err(y, ref) < TOL
@@ -812,6 +813,8 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4}, problem) is None
     assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST1": 4}, problem)
     assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "WAIT_LATE": True}, problem)
+    assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "WAIT_LATE": 2}, problem) is None
+    assert "RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "PERSIST1": 4, "WAIT_LATE": 2}, problem)
 
 
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
@@ -845,6 +848,8 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2},
                                   {"CHAIN": True, "PERSIST1": 4, "MAXNREG": 128},
                                   {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": True},
+                                  {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2, "ATOMIC": True},
+                                  {"TMA": 2, "CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 168}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
