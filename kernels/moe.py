@@ -438,25 +438,6 @@ def tile_count(offs_ptr, re, E, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def late_item(q, total1, P1, NT1, NT, SPLIT_LO, SPLIT_HI: tl.constexpr, KS_LO, KS_HI):
-    """moe_mma SPLITK2_LATE: program q of mlp2's grid -> (token tile, N tile * SPLIT_HI + K slice, slice length,
-    the tile's programs). mlp1 ran total1 programs' work on a persistent grid of P1 (NT1 a tile), so the tiles
-    holding its last round's work finish last: from the first of them on, each N tile's K runs in SPLIT_HI slices
-    of KS_HI, before it in SPLIT_LO of KS_LO (shorter programs where the layer ends, no more programs before)."""
-    r = total1 % P1
-    r = r + (r == 0).to(tl.int32) * P1  # the last round's programs
-    first = tl.maximum((total1 - r) // NT1, 0)
-    nlo = NT * SPLIT_LO
-    nhi = NT * SPLIT_HI
-    lo = first * nlo
-    early = q < lo
-    tile = tl.where(early, q // nlo, first + (q - lo) // nhi)
-    rest = tl.where(early, q % nlo, (q - lo) % nhi)
-    split = tl.where(early, SPLIT_LO, SPLIT_HI)
-    return tile, rest // split * SPLIT_HI + rest % split, tl.where(early, KS_LO, KS_HI), tl.where(early, nlo, nhi)
-
-
-@triton.jit
 def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KA,
                    TOPK, alpha, limit, act_scale, SMAX, E, PHASE: tl.constexpr, EP: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, F16: tl.constexpr = False):

@@ -45,8 +45,7 @@ from .linear_mma import (
     wg_layouts,
     wgmma_reason,
 )
-from .moe import (MoESlots, act16_scale, expert_span, late_item, swiglu, tile_count, tile_rows, tile_slots,
-                  word_major_pos)
+from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, step_major, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, wait_count
 from .trace import trace_args, trace_end, trace_mark
@@ -173,25 +172,18 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
                   LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
                   ATOMIC: tl.constexpr = False, SPLITK: tl.constexpr = 1, KS=0, PERSIST: tl.constexpr = False,
-                  NT=0, LATE: tl.constexpr = False, P1=1, NT1=1, SPLIT_LO=1, KS_LO=0):
+                  NT=0):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
     ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel; SPLITK: program_id(1) is the N tile times
     SPLITK plus the K slice, as the WGMMA kernel's program_id(0); PERSIST: a grid of programs each taking every
-    num_programs-th of the routing's tiles' NT programs' work, as the WGMMA kernel's; LATE: program_id(0) is
-    kernels.moe.late_item's q, as the WGMMA kernel's)."""
+    num_programs-th of the routing's tiles' NT programs' work, as the WGMMA kernel's)."""
     if PERSIST:
         total = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M) * NT
         for w in range(tl.program_id(0), total, tl.num_programs(0)):
             _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
                        TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
                        LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
-    elif LATE:
-        total1 = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M) * NT1
-        tile, pid_n, ksl, readers = late_item(tl.program_id(0), total1, P1, NT1, NT, SPLIT_LO, SPLITK, KS_LO, KS)
-        _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
-                   TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
-                   LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, ksl, tile, pid_n, readers)
     else:
         _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
                    TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
@@ -276,7 +268,6 @@ def _chain_done(chain_ptr, tile, TILES, n_tiles, PHASE: tl.constexpr):
 if gluon is not None:
     _g_tile_rows_of = gluon.jit(tile_rows.fn)
     _g_tile_count_of = gluon.jit(tile_count.fn)
-    _g_late_item = gluon.jit(late_item.fn)
     _g_source = gluon.jit(_source.fn)
     _g_rows = gluon.jit(_rows.fn)
     _g_epilogue = gluon.jit(_epilogue.fn)
@@ -582,8 +573,7 @@ if gluon is not None:
                        TMA: gl.constexpr, trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h,
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
-                       KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
-                       LATE: gl.constexpr = False, P1=1, NT1=1, SPLIT_LO=1, KS_LO=0):
+                       KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -603,9 +593,7 @@ if gluon is not None:
         *_H, x box xdesc_h): an expert's last, part-filled tile costs the tensor cores half as much. ATOMIC (mlp2):
         the gate-weighted rows are added into the layer output (_epilogue), no combine launch after. PERSIST: a
         grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
-        a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid. LATE
-        (mlp2 after a persistent mlp1, P1 programs of NT1 a tile): program_id(0) is kernels.moe.late_item's q
-        over NT N tiles, SPLITK (KS) slices in the tiles of mlp1's last round, SPLIT_LO (KS_LO) before them."""
+        a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid."""
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
@@ -625,16 +613,6 @@ if gluon is not None:
             if WAIT_LATE and total <= gl.program_id(0):  # no work: the PDL release all the same
                 _g_pdl_enter()
             live = total > gl.program_id(0)
-        elif LATE:  # mlp2 after a persistent mlp1: kernels.moe.late_item
-            total1 = _g_tile_count(offs_ptr, E, EP, BLOCK_M) * NT1
-            tile, pid_n, ksl, readers = _g_late_item(gl.program_id(0), total1, P1, NT1, NT, SPLIT_LO, SPLITK,
-                                                     KS_LO, KS)
-            live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                              OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
-                              CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
-                              TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
-                              HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, ksl, tile, pid_n,
-                              readers)
         else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
             live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                               OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
@@ -687,11 +665,10 @@ if gluon is not None:
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
-            gathered=False, late=None) -> tuple[int, int]:
-    """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile and its grid's programs. chain: CHAIN's
-    counters (mlp1 counts its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds
-    mlp1's x rows per expert-sorted position (TMA=2, read as boxes only), not per token. late: mlp1's grid
-    programs and programs per tile, for mlp2's SPLITK2_LATE (kernels.moe.late_item)."""
+            gathered=False) -> int:
+    """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
+    its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
+    expert-sorted position (TMA=2, read as boxes only), not per token."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -705,15 +682,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     nt = grid[1]  # a token tile's programs
     persist = int(cfg.get("PERSIST1") or 0) if phase == 1 else 0
-    hi = min(int(cfg.get("SPLITK2_LATE") or 1), steps) if phase == 2 and cfg.get("ATOMIC") and late else 1
-    lates = {}
-    if hi > split:  # a 1-D grid: the early tiles' programs, then mlp1's last round's tiles' (at most all of them)
-        ntiles = nt // split
-        lates = dict(LATE=True, P1=late[0], NT1=late[1], SPLIT_LO=split, KS_LO=-(-steps // split) * step)
-        splits = dict(SPLITK=hi, KS=-(-steps // hi) * step)
-        last = min(grid[0], -(-late[0] // late[1]) + 1)
-        grid = (grid[0] * nt + last * ntiles * (hi - split), 1)
-    elif compiled_wg:
+    if compiled_wg:
         grid = grid[::-1]
     if persist:  # programs per SM, each taking every grid-th program's work (no more than the worst case has)
         grid = (min(persist * sm_count(x16.device), grid[0] * grid[1]), 1)
@@ -728,8 +697,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                 NIB=cfg["NIB"])
     if INTERPRETED or gluon is None:
         _moe_mma_twin[grid](*args, **meta, LOGICAL=cfg["WGMMA"], **chained,
-                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist),
-                            NT=nt // split if lates else nt, **lates)
+                            ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt)
     elif compiled_wg:
         nw = cfg["num_warps"]
         LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
@@ -767,9 +735,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
-                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist),
-                             NT=nt // split if lates else nt, **lates, **extra,
-                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0)
+                             ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
+                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -780,13 +747,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         else:
             _moe_mma_kernel[grid](*args, **meta, PREFETCH=cfg["PREFETCH"], LW=LW, LX=LX, MMA=MMA,
                                   num_warps=cfg["num_warps"], **extra)
-    return nt, grid[0] * grid[1]
+    return nt
 
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, SPLITK2_LATE=None):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -826,8 +793,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
     WAIT_LATE (with PERSIST1): a persistent program's PDL wait for x_to_f16 comes after its tile's routing reads
     (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after
-    its first STAGES - 1 steps' weight copies too. SPLITK2_LATE (with PERSIST1, ATOMIC): mlp2's K in that many
-    slices in the token tiles of mlp1's last round (the layer's last programs wait for those), SPLITK2 before.
+    its first STAGES - 1 steps' weight copies too.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -841,7 +807,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, SPLITK2_LATE=SPLITK2_LATE)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -849,11 +815,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
                       zero=y if atomic else None)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
-    need, programs = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain,
-                             gathered=gather)
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need,
-            late=(programs, need) if PERSIST1 else None)
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -953,19 +917,6 @@ def _rule_persist(cfg, problem):
     return None
 
 
-def _rule_splitk2_late(cfg, problem):
-    """SPLITK2_LATE: more slices than SPLITK2 in the tiles a persistent mlp1 finishes last (kernels.moe.late_item
-    finds them from PERSIST1's grid); as SPLITK2, the slices meet by ATOMIC's additions in the cp.async ring."""
-    hi = cfg.get("SPLITK2_LATE")
-    if not hi:
-        return None
-    if hi <= (cfg.get("SPLITK2") or 1):
-        return f"SPLITK2_LATE={hi} needs more slices than SPLITK2={cfg.get('SPLITK2') or 1}"
-    if not cfg.get("PERSIST1"):
-        return "SPLITK2_LATE needs PERSIST1 (its last round says which tiles end the layer)"
-    return _rule_splitk2({**cfg, "SPLITK2": hi}, problem)
-
-
 def _rule_half(cfg, problem):
     """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
     if not cfg.get("HALF"):
@@ -986,14 +937,14 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True, 2), "SPLITK2_LATE": (None, 2, 3, 4, 6, 8)},
+           "WAIT_LATE": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "SPLITK2_LATE": None},
+              "WAIT_LATE": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_splitk2_late, _rule_persist, rule_scale_span),
+           _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "

@@ -817,36 +817,6 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     assert "RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "PERSIST1": 4, "WAIT_LATE": 2}, problem)
 
 
-def test_moe_mma_late_tiles_take_more_slices(device):
-    """SPLITK2_LATE (with PERSIST1): mlp2's grid lists the early tiles' programs in SPLITK2 slices, then those
-    of the tiles holding a persistent mlp1's last round in SPLITK2_LATE slices (kernels.moe.late_item); every
-    slice of every tile must land once, the bias once (b2 large, so a slice lost or doubled moves the output by
-    10% or more): within 1% of the combine's output. mlp2's K = 416 here (4 steps); persistent grids of 4, 8
-    and 20 programs put the last round at different tiles. Refused without PERSIST1 or with no more slices."""
-    e, h, i, k = 4, 160, 416, 2
-    g = torch.Generator().manual_seed(11)
-    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
-    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
-    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 5.0
-    sample = rgen.generate("zipf(1.2)", 37, e, k, seed=4)
-    x = torch.randn(37, h, generator=g).to(torch.bfloat16).to(device)
-    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
-    dw = tuple(w.to(device) for w in (w1, b1, w2, b2))
-    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True,
-           "ATOMIC": True, "BLOCK_M": 8, "ROWS": 2, "ROWS2": 1, "CHAIN": True}
-    want = K.moe_mxfp4(x, r, *dw, variant="moe_mma", combine=False, **cfg).combine().float().cpu()
-    for lo, hi, persist in ((1, 2, 1), (2, 4, 2), (1, 3, 5), (2, 3, 1)):
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, SPLITK2=lo, SPLITK2_LATE=hi, PERSIST1=persist)
-        assert rel_err(y, want) < 1e-2, (lo, hi, persist)
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "SPLITK2": 2, "SPLITK2_LATE": 4}, problem) is None
-    assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "SPLITK2": 2, "SPLITK2_LATE": 4}, problem)
-    assert "more slices" in v.reason({**v.defaults, **cfg, "PERSIST1": 4, "SPLITK2": 2, "SPLITK2_LATE": 2},
-                                     problem)
-    assert "needs ATOMIC" in v.reason({**v.defaults, **cfg, "ATOMIC": False, "PERSIST1": 4, "SPLITK2_LATE": 2},
-                                      problem)
-
-
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
@@ -880,7 +850,6 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": True},
                                   {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2, "ATOMIC": True},
                                   {"TMA": 2, "CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2},
-                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2_LATE": 2, "PERSIST1": 4, "WAIT_LATE": 2},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "PERSIST1": 3},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 168}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
@@ -906,7 +875,7 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
         graph.replay()
         y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg)
         torch.cuda.synchronize()
-        if opts.get("SPLITK2") or opts.get("SPLITK2_LATE"):
+        if opts.get("SPLITK2"):
             assert rel_err(yt, y.float().cpu()) < 1e-2, rep
         else:
             assert torch.equal(yt, y), rep
