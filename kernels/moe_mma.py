@@ -789,7 +789,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     instead of one program per slot of the worst-case grid: no spare programs to dispatch, and mlp2's PDL launch
     (which waits for every mlp1 program to start) comes at mlp1's start, so mlp2's programs take the slots mlp1's
     free with no launch between. The loop costs registers (mlp1 at 20b 16 tokens 167 against 119, 3 programs per
-    SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 10-30% slower: its
+    SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 5-30% slower: its
     programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
     WAIT_LATE (with PERSIST1): a persistent program's PDL wait for x_to_f16 comes after its tile's routing reads
     (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after
