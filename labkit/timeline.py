@@ -200,8 +200,7 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     """A timeline run folder's tables and charts from its programs (one `point` per traced layer, read
     "MODEL TOKENS tokens", " #2" and on for a shape's later configs): summary.csv (summarize), stream.csv
     (stream_loss, for the points `configs` gives a moe_mma config of, persistent grids left out: their programs'
-    bytes vary) and one chart per point. Returns (summary,
-    stream or None)."""
+    bytes vary) and one chart per point. Returns (summary, stream or None)."""
     from pathlib import Path
 
     from .charts import save_figure

@@ -857,7 +857,8 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
-    and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
+    and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; SPLITK2's output, whose
+    shares round in bf16 in any order, within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
