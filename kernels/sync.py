@@ -50,6 +50,18 @@ def take_ticket(ctr_ptr):
 
 
 @triton.jit
+def take_item(ctr_ptr, total, grid):
+    """A persistent program's next item of `total`, after a first item that was its program id: grid plus a
+    ticket, so programs that finish first take more (moe_mma's TICKET1). Each program with a first item takes
+    one ticket past the live ones before it stops; the one taking the launch's last ticket zeroes the counter
+    for the next call (every other program is done with it by then)."""
+    t = tl.atomic_add(ctr_ptr, 1, sem="relaxed")
+    if t == tl.maximum(total - grid, 0) + tl.minimum(grid, total) - 1:
+        tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
+    return grid + t
+
+
+@triton.jit
 def signal_count(ctr_ptr):
     """Add 1 to the counter at ctr_ptr once the stores of every thread so far are visible GPU-wide: a barrier,
     then one release atomic (CUTLASS's semaphore release is the same pattern)."""
