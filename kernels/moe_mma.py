@@ -59,7 +59,6 @@ if gluon is not None:
     from .linear_mma import (
         _g_pdl_enter,
         _g_step,
-        _g_wait_count,
         _g_wg_program,
         _g_word_offsets,
         ring_layouts,
@@ -182,20 +181,15 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
     the next item by ticket, kernels.sync.take_item)."""
     if PERSIST:
         total = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M) * NT
-        if TICKET:
-            w = tl.program_id(0)
-            while w < total:
-                _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                           OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
-                           TILED, LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT,
-                           NT)
+        w = tl.program_id(0)
+        while w < total:
+            _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
+                       TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
+                       LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
+            if TICKET:
                 w = take_item(ticket_ptr, total, tl.num_programs(0))
-        else:
-            for w in range(tl.program_id(0), total, tl.num_programs(0)):
-                _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
-                           OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
-                           TILED, LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT,
-                           NT)
+            else:
+                w += tl.num_programs(0)
     else:
         _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
                    TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
@@ -286,6 +280,7 @@ if gluon is not None:
     _g_epi_token = gluon.jit(_epi_token.fn)
     _g_epi_bias = gluon.jit(_epi_bias.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
+    _g_wait_count = gluon.jit(wait_count.fn)
     _g_take_item = gluon.jit(take_item.fn)
     _g_proxy_fence = gluon.jit(proxy_fence_global.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
@@ -484,15 +479,14 @@ if gluon is not None:
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
-                   WAIT_LATE: gl.constexpr = False, CHAIN_W: gl.constexpr = False):
+                   WAIT_LATE: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
         slice * KS for at most KS and adds its share (the bias with slice 0's) into the output. WAIT_LATE: the
         program's PDL wait here, after the tile's routing reads (offsets, sorted positions, gate weights: written
         two launches back, by route) and bias loads, before x's and its token scales' (x_to_f16's); 2: in the
-        K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY). CHAIN_W (mlp2):
-        CHAIN's wait in the K loop after its first weight copies (EARLY=2), before any act copy."""
+        K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -507,7 +501,7 @@ if gluon is not None:
             if EPI_EARLY == 2:
                 je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-        if CHAIN and PHASE == 2 and not CHAIN_W:
+        if CHAIN and PHASE == 2:
             _g_wait_count(chain_ptr + tile, NEED)
             if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
                 _g_proxy_fence()
@@ -543,11 +537,8 @@ if gluon is not None:
             xofs += ks
             kl = gl.maximum(gl.minimum(K - ks, KS), 0)
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
-                            TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA,
-                            2 if CHAIN_W and PHASE == 2 else WAIT_LATE == 2, xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT,
-                            KL=kl, wait_ptr=chain_ptr + tile, wait_need=NEED)
-        if CHAIN_W and PHASE == 2 and TRACE:
-            _g_trace_mark(trace_ptr, 1)
+                            TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
+                            xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl)
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
@@ -590,7 +581,7 @@ if gluon is not None:
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
-                       ticket_ptr=None, TICKET: gl.constexpr = False, CHAIN_W: gl.constexpr = False):
+                       ticket_ptr=None, TICKET: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -611,9 +602,7 @@ if gluon is not None:
         the gate-weighted rows are added into the layer output (_epilogue), no combine launch after. PERSIST: a
         grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
         a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid;
-        TICKET: each item after the first by ticket (kernels.sync.take_item: programs that finish first take more).
-        CHAIN_W (mlp2, CHAIN, RING_W): the CHAIN wait after the program's first STAGES - 1 steps' weight copies
-        (kernels.linear_mma._g_wg_ring_loop's EARLY=2); TRACE's mark past the wait then comes after the K loop."""
+        TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more)."""
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
@@ -624,24 +613,17 @@ if gluon is not None:
             _g_trace_mark(trace_ptr, 1)
         if PERSIST:  # every num_programs-th program's work of the routing's tiles, N tiles fastest
             total = _g_tile_count(offs_ptr, E, EP, BLOCK_M) * NT
-            if TICKET:
-                w = gl.program_id(0)
-                while w < total:
-                    _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
-                               KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
-                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
-                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
-                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT,
-                               NT, WAIT_LATE)
+            w = gl.program_id(0)
+            while w < total:
+                _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
+                           OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
+                           TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
+                           CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
+                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE)
+                if TICKET:
                     w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
-            else:
-                for w in range(gl.program_id(0), total, gl.num_programs(0)):
-                    _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K,
-                               KP, OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
-                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
-                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
-                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT,
-                               NT, WAIT_LATE)
+                else:
+                    w += gl.num_programs(0)
             if WAIT_LATE and total <= gl.program_id(0):  # no work: the PDL release all the same
                 _g_pdl_enter()
             live = total > gl.program_id(0)
@@ -651,7 +633,7 @@ if gluon is not None:
                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                              gl.program_id(1), gl.program_id(0), gl.num_programs(0), CHAIN_W=CHAIN_W)
+                              gl.program_id(1), gl.program_id(0), gl.num_programs(0))
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -666,7 +648,7 @@ if gluon is not None:
                    trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h, LW_H: gl.constexpr,
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
-                   WAIT_LATE: gl.constexpr = False, CHAIN_W: gl.constexpr = False):
+                   WAIT_LATE: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
@@ -678,21 +660,21 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, CHAIN_W=CHAIN_W)
+                               WAIT_LATE=WAIT_LATE)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, CHAIN_W=CHAIN_W)
+                               WAIT_LATE=WAIT_LATE)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, CHAIN_W=CHAIN_W)
+                           WAIT_LATE=WAIT_LATE)
         return live
 
 
@@ -772,8 +754,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
-                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets,
-                             CHAIN_W=bool(cfg.get("CHAIN_W")) and phase == 2 and chain is not None, **extra)
+                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets, **extra)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -790,8 +771,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                CHAIN_W=False):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -833,8 +813,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after
     its first STAGES - 1 steps' weight copies too. TICKET1 (with PERSIST1): a program's items after its first
     come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so programs that finish
-    first take more and mlp1's last items start as early as slots free. CHAIN_W (CHAIN, RING_W): mlp2's programs
-    issue their first STAGES - 1 steps' weight copies before CHAIN's wait for their tile, not after it.
+    first take more and mlp1's last items start as early as slots free.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -848,7 +827,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, CHAIN_W=CHAIN_W)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -948,8 +927,7 @@ def _rule_splitk2(cfg, problem):
 
 def _rule_persist(cfg, problem):
     """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop);
-    WAIT_LATE moves that loop's PDL wait and TICKET1 its order; CHAIN_W moves mlp2's CHAIN wait into the
-    cp.async ring's first copies."""
+    WAIT_LATE moves that loop's PDL wait and TICKET1 its order."""
     if cfg.get("PERSIST1") and not cfg.get("WGMMA"):
         return "PERSIST1 applies only with WGMMA"
     if cfg.get("WAIT_LATE") and not cfg.get("PERSIST1"):
@@ -958,8 +936,6 @@ def _rule_persist(cfg, problem):
         return "WAIT_LATE=2 copies weights ahead of the wait in RING_W's or TMA's ring"
     if cfg.get("TICKET1") and not cfg.get("PERSIST1"):
         return "TICKET1 needs PERSIST1"
-    if cfg.get("CHAIN_W") and not (cfg.get("CHAIN") and cfg.get("RING_W")) or cfg.get("CHAIN_W") and cfg.get("TMA"):
-        return "CHAIN_W copies mlp2's first weights ahead of CHAIN's wait in RING_W's cp.async ring (CHAIN, no TMA)"
     return None
 
 
@@ -983,12 +959,12 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "CHAIN_W": (False, True)},
+           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "CHAIN_W": False},
+              "WAIT_LATE": False, "TICKET1": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
