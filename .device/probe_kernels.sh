@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device run: per-kernel durations, DRAM bytes and occupancy (Nsight Compute) of whole `labkit once` calls,
-# every kernel of the call, one CSV per call plus kernels.csv (each kernel's time, DRAM bytes and read rate)
+# every Triton kernel of the call (names starting with _), one CSV per call plus kernels.csv (each kernel's time, DRAM bytes and read rate)
 # in a run folder $OUT/ncu-NAME, and a short table.
 # call as: LAB_GIT_COMMIT=<sha> bash .device/probe_kernels.sh NAME "<labkit once args>" ...
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
@@ -13,7 +13,7 @@ i=0
 for call in "$@"; do
   i=$((i+1))
   echo "== $call"
-  ncu --clock-control none --csv --metrics $M -c ${NCU_COUNT:-8} python3 -m labkit once $call --repeat 1 > $out/kern_$i.csv 2>&1
+  ncu --clock-control none --csv --metrics $M -k regex:^_ -c ${NCU_COUNT:-8} python3 -m labkit once $call --repeat 1 > $out/kern_$i.csv 2>&1
   python3 - $out/kern_$i.csv $i "$call" $out/kernels.csv <<'PY'
 import csv, os, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[0].isdigit()]  # the app's own lines skipped
