@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device run: per-kernel durations, DRAM bytes and occupancy (Nsight Compute) of whole `labkit once` calls,
-# every Triton kernel of the call (names starting with _), one CSV per call plus kernels.csv (each kernel's time, DRAM bytes and read rate)
-# in a run folder $OUT/ncu-NAME, and a short table.
+# every Triton kernel of the call (names starting with _), one CSV per call plus kernels.csv (each kernel's
+# time, DRAM bytes and read rate) in a run folder $OUT/ncu-NAME, and a short table.
 # call as: LAB_GIT_COMMIT=<sha> bash .device/probe_kernels.sh NAME "<labkit once args>" ...
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
 export PYTHONUNBUFFERED=1
