@@ -50,15 +50,17 @@ def take_ticket(ctr_ptr):
 
 
 @triton.jit
-def take_item(ctr_ptr, total, grid):
-    """A persistent program's next item of `total`, after a first item that was its program id: grid plus a
-    ticket, so programs that finish first take more (moe_mma's TICKET1). Each program with a first item takes
-    one ticket past the live ones before it stops; the one taking the launch's last ticket zeroes the counter
-    for the next call (every other program is done with it by then)."""
+def take_item(ctr_ptr, total, grid, base):
+    """A persistent program's next item of `total` by ticket, so programs that finish first take more: base plus
+    the ticket, where base is grid when each program's first item was its program id (moe_mma's TICKET1) and 0
+    when every item is a ticket (FUSE2). Every program that takes tickets takes one past the live ones before it
+    stops; the one taking the launch's last ticket zeroes the counter for the next call (every other program is
+    done with it by then)."""
     t = tl.atomic_add(ctr_ptr, 1, sem="relaxed")
-    if t == tl.maximum(total - grid, 0) + tl.minimum(grid, total) - 1:
+    takers = grid - tl.maximum(base - total, 0)  # with base = grid, the programs that had a first item
+    if t == tl.maximum(total - base, 0) + takers - 1:
         tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
-    return grid + t
+    return base + t
 
 
 @triton.jit
