@@ -1,6 +1,7 @@
 """Device probe: does moe_mma FUSE2 finish, and with which bits? One case per subprocess (a hang costs its
 timeout only): eager calls on the tests' small layer (odd_layer), printing each step's wall time and whether
 FUSE2 matches the same config without it. A case is (environment, config over BASE)."""
+import faulthandler
 import json
 import os
 import subprocess
@@ -10,7 +11,8 @@ import time
 BASE = dict(BLOCK_M=8, ROWS=2, ROWS2=1, CHUNKS=1, num_warps=4, WGMMA=True, STAGES=4, TILED=True, RING_W=True,
             NIB=True, CHAIN=True, EPI_EARLY=2, STEP_MAJOR=True, PERSIST1=4, MAXNREG=128)
 CASES = [({}, {}), ({"LAB_PDL": "0"}, {}), ({}, {"MAXNREG": None}), ({}, {"WAIT_LATE": 2}),
-         ({}, {"PERSIST1": 1}), ({}, {"EPI_EARLY": 0}), ({}, {"STEP_MAJOR": False})]
+         ({}, {"PERSIST1": 1}), ({}, {"EPI_EARLY": 0}), ({}, {"STEP_MAJOR": False}),
+         ({"LAB_FUSE2_DEBUG": "need0"}, {}), ({"LAB_FUSE2_DEBUG": "only1"}, {}), ({"LAB_FUSE2_DEBUG": "only2"}, {})]
 
 
 def one(i):
@@ -26,6 +28,7 @@ def one(i):
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
     torch.cuda.synchronize()
     print(json.dumps(dict(case=i, step="reference", s=round(time.time() - t0, 2))), flush=True)
+    faulthandler.dump_traceback_later(float(os.environ.get("PROBE_STACK", "25")))  # where a hang sits
     for rep in range(3):
         t = time.time()
         got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, FUSE2=True)
@@ -47,4 +50,5 @@ if __name__ == "__main__":
                                  env={**os.environ, **CASES[i][0]})
             print(out.stdout.strip(), out.stderr.strip()[-600:], flush=True)
         except subprocess.TimeoutExpired as e:
-            print(f"case {i}: timed out after {limit} s; so far: {(e.stdout or b'').decode()[-400:]}", flush=True)
+            print(f"case {i}: timed out after {limit} s; so far: {(e.stdout or b'').decode()[-400:]}\n"
+                  f"{(e.stderr or b'').decode()[-2500:]}", flush=True)

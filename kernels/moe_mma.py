@@ -30,6 +30,8 @@ ladder), and the smaller build fits 3 programs per SM with MAXNREG=168: 4-15% fa
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
@@ -707,7 +709,7 @@ if gluon is not None:
     @gluon.jit
     def _moe_wg_fused(xs_ptr, sorted_ptr, offs_ptr, gate_ptr, TOPK, alpha, limit, act_scale, E, chain_ptr, TILES,
                       ticket_ptr, x1_ptr, w1_ptr, s1_ptr, b1_ptr, o1_ptr, N1, K1, KP1, OUTW1, SMAX1, WE1, SE1, NT1,
-                      GT1, x2_ptr, w2_ptr, s2_ptr, b2_ptr, o2_ptr, N2, K2, KP2, OUTW2, SMAX2, WE2, SE2, NT2, GT2, KS2,
+                      GT1, x2_ptr, w2_ptr, s2_ptr, b2_ptr, o2_ptr, N2, K2, KP2, OUTW2, SMAX2, WE2, SE2, NT2, GT2, KS2, NEED2,
                       EP: gl.constexpr, BLOCK_M: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
                       RING_W: gl.constexpr, NIB: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr,
                       SM: gl.constexpr, ATOMIC: gl.constexpr, SPLITK2: gl.constexpr, WAIT_LATE: gl.constexpr,
@@ -743,7 +745,7 @@ if gluon is not None:
                 _g_wg_item(x2_ptr, xs_ptr, sorted_ptr, offs_ptr, w2_ptr, s2_ptr, b2_ptr, gate_ptr, o2_ptr, N2, K2,
                            KP2, OUTW2, TOPK, alpha, limit, act_scale, SMAX2, E, WE2, SE2, 2, EP, BLOCK_M, BN2,
                            CHUNKS, TILED, STAGES2, RING_W, LW2, MMA2, LXCP2, SX2, EPI2, SW2, SS2, LSC2, NIB,
-                           chain_ptr, TILES, NT1, True, EPI_EARLY, XSKIP, None, None, None, 0, 0, offs_ptr, False,
+                           chain_ptr, TILES, NEED2, True, EPI_EARLY, XSKIP, None, None, None, 0, 0, offs_ptr, False,
                            False, None, LW2, MMA2, LXCP2, SX2, SM, GT2, ATOMIC, SPLITK2, KS2, u // NT2, u % NT2,
                            NT2, 0)
             w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
@@ -890,6 +892,11 @@ def _launch_fused(x16, xs, r, p1, b1, p2, b2, act, y, alpha, limit, act_scale, c
         nt = _programs_per_tile(phase, N, cfg, compiled_wg, split["SPLITK"])
         ph[phase] = dict(args=(x, words, scales, b, out, N, K, x.shape[1], out.shape[1], q.scale_max, we, se, nt),
                          GT=gt, SM=sm, NT=nt, BN=16 * cfg["ROWS"] * cfg["num_warps"], **split)
+    dbg = os.environ.get("LAB_FUSE2_DEBUG", "")  # TEMPORARY device-probe hook: need0, only1, only2
+    need2 = 0 if dbg == "need0" else ph[1]["NT"]
+    for phase, name in ((2, "only1"), (1, "only2")):
+        if dbg == name:
+            ph[phase]["args"] = (*ph[phase]["args"][:-1], 0)
     slots = tile_slots(r, BM)
     grid = (min(int(cfg1["PERSIST1"]) * sm_count(x16.device), slots * (ph[1]["NT"] + ph[2]["NT"])),)
     if trace_args("mlp", grid, r.offsets)["TRACE"]:
@@ -904,7 +911,7 @@ def _launch_fused(x16, xs, r, p1, b1, p2, b2, act, y, alpha, limit, act_scale, c
                               BN2=ph[2]["BN"], LOGICAL=True)
         return
     build1, build2 = _wg_build(1, cfg1), _wg_build(2, cfg2)
-    _moe_wg_fused[grid](*common, *ph[1]["args"], ph[1]["GT"], *ph[2]["args"], ph[2]["GT"], ph[2]["KS"], **meta,
+    _moe_wg_fused[grid](*common, *ph[1]["args"], ph[1]["GT"], *ph[2]["args"], ph[2]["GT"], ph[2]["KS"], need2, **meta,
                         RING_W=True, EPI_EARLY=int(cfg1.get("EPI_EARLY") or 0), XSKIP=bool(cfg1.get("XSKIP")),
                         SM=ph[1]["SM"], WAIT_LATE=int(cfg1.get("WAIT_LATE") or 0), BN1=ph[1]["BN"],
                         STAGES1=cfg1["STAGES"], **{k + "1": v for k, v in build1.items()}, BN2=ph[2]["BN"],
