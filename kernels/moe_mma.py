@@ -211,9 +211,13 @@ def _moe_fused_twin(xs_ptr, sorted_ptr, offs_ptr, gate_ptr, TOPK, alpha, limit, 
     tiles = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M)
     total1 = tiles * NT1
     total = total1 + tiles * NT2
-    w = take_item(ticket_ptr, total, tl.num_programs(0), 0)
-    while w < total:
-        if w < total1:
+    go = total >= 0  # as _moe_wg_fused: each ticket taken at the loop's top
+    while go:
+        w = take_item(ticket_ptr, total, tl.num_programs(0), 0)
+        go = w < total
+        if not go:
+            pass
+        elif w < total1:
             _twin_item(x1_ptr, xs_ptr, sorted_ptr, offs_ptr, w1_ptr, s1_ptr, b1_ptr, gate_ptr, o1_ptr, N1, K1, KP1,
                        OUTW1, TOPK, alpha, limit, act_scale, SMAX1, E, WE1, SE1, 1, EP, BLOCK_M, BN1, CHUNKS, TILED,
                        LOGICAL, NIB, chain_ptr, TILES, 0, True, False, 1, 0, w // NT1, w % NT1, NT1)
@@ -222,7 +226,6 @@ def _moe_fused_twin(xs_ptr, sorted_ptr, offs_ptr, gate_ptr, TOPK, alpha, limit, 
             _twin_item(x2_ptr, xs_ptr, sorted_ptr, offs_ptr, w2_ptr, s2_ptr, b2_ptr, gate_ptr, o2_ptr, N2, K2, KP2,
                        OUTW2, TOPK, alpha, limit, act_scale, SMAX2, E, WE2, SE2, 2, EP, BLOCK_M, BN2, CHUNKS, TILED,
                        LOGICAL, NIB, chain_ptr, TILES, NT1, True, ATOMIC, SPLITK2, KS2, u // NT2, u % NT2, NT2)
-        w = take_item(ticket_ptr, total, tl.num_programs(0), 0)
 
 
 @triton.jit
@@ -729,9 +732,13 @@ if gluon is not None:
         tiles = _g_tile_count(offs_ptr, E, EP, BLOCK_M)
         total1 = tiles * NT1
         total = total1 + tiles * NT2
-        w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
-        while w < total:
-            if w < total1:
+        go = total >= 0  # the first ticket inside the loop: before it, ptxas left its atomic's branch unjoined
+        while go:
+            w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
+            go = w < total
+            if not go:
+                pass
+            elif w < total1:
                 _g_wg_item(x1_ptr, xs_ptr, sorted_ptr, offs_ptr, w1_ptr, s1_ptr, b1_ptr, gate_ptr, o1_ptr, N1, K1,
                            KP1, OUTW1, TOPK, alpha, limit, act_scale, SMAX1, E, WE1, SE1, 1, EP, BLOCK_M, BN1,
                            CHUNKS, TILED, STAGES1, RING_W, LW1, MMA1, LXCP1, SX1, EPI1, SW1, SS1, LSC1, NIB,
@@ -748,7 +755,6 @@ if gluon is not None:
                            chain_ptr, TILES, NEED2, True, EPI_EARLY, XSKIP, None, None, None, 0, 0, offs_ptr, False,
                            False, None, LW2, MMA2, LXCP2, SX2, SM, GT2, ATOMIC, SPLITK2, KS2, u // NT2, u % NT2,
                            NT2, 0)
-            w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
         if WAIT_LATE:  # a program that had no item: the PDL release all the same (a no-op after the first)
             _g_pdl_enter()
 
