@@ -720,7 +720,8 @@ if gluon is not None:
                       LXCP1: gl.constexpr, SX1: gl.constexpr, EPI1: gl.constexpr, SW1: gl.constexpr,
                       SS1: gl.constexpr, LSC1: gl.constexpr, BN2: gl.constexpr, STAGES2: gl.constexpr,
                       LW2: gl.constexpr, MMA2: gl.constexpr, LXCP2: gl.constexpr, SX2: gl.constexpr,
-                      EPI2: gl.constexpr, SW2: gl.constexpr, SS2: gl.constexpr, LSC2: gl.constexpr):
+                      EPI2: gl.constexpr, SW2: gl.constexpr, SS2: gl.constexpr, LSC2: gl.constexpr,
+                      STATIC: gl.constexpr = False):
         """FUSE2: mlp1 and mlp2 in one launch of persistent programs taking every item by ticket
         (kernels.sync.take_item), mlp1's (tile-major, N tiles fastest) before mlp2's, so no program holds a slot
         for a later launch and no launch boundary sits between the two: an mlp2 item waits for its tile's NT1
@@ -733,8 +734,12 @@ if gluon is not None:
         total1 = tiles * NT1
         total = total1 + tiles * NT2
         go = total >= 0  # the first ticket inside the loop: before it, ptxas left its atomic's branch unjoined
+        w = gl.program_id(0) - gl.num_programs(0)
         while go:
-            w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
+            if STATIC:  # TEMPORARY probe: every num_programs-th item from the program id (needs all resident)
+                w += gl.num_programs(0)
+            else:
+                w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
             go = w < total
             if not go:
                 pass
@@ -922,7 +927,8 @@ def _launch_fused(x16, xs, r, p1, b1, p2, b2, act, y, alpha, limit, act_scale, c
                         SM=ph[1]["SM"], WAIT_LATE=int(cfg1.get("WAIT_LATE") or 0), BN1=ph[1]["BN"],
                         STAGES1=cfg1["STAGES"], **{k + "1": v for k, v in build1.items()}, BN2=ph[2]["BN"],
                         STAGES2=cfg2["STAGES"], **{k + "2": v for k, v in build2.items()},
-                        num_warps=cfg1["num_warps"], **reg_cap(cfg1.get("MAXNREG")), **pdl_launch(inner=True))
+                        num_warps=cfg1["num_warps"], **reg_cap(cfg1.get("MAXNREG")), **pdl_launch(inner=True),
+                        STATIC=dbg == "static")
 
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
