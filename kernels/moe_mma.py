@@ -30,8 +30,6 @@ ladder), and the smaller build fits 3 programs per SM with MAXNREG=168: 4-15% fa
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
@@ -189,7 +187,7 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                        TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
                        LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, w // NT, w % NT, NT)
             if TICKET:
-                w = take_item(ticket_ptr, total, tl.num_programs(0), tl.num_programs(0))
+                w = take_item(ticket_ptr, total, tl.num_programs(0))
             else:
                 w += tl.num_programs(0)
     else:
@@ -197,35 +195,6 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                    TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
                    LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, tl.program_id(0),
                    tl.program_id(1), tl.num_programs(1))
-
-
-@triton.jit
-def _moe_fused_twin(xs_ptr, sorted_ptr, offs_ptr, gate_ptr, TOPK, alpha, limit, act_scale, E, chain_ptr, TILES,
-                    ticket_ptr, x1_ptr, w1_ptr, s1_ptr, b1_ptr, o1_ptr, N1, K1, KP1, OUTW1, SMAX1, WE1, SE1, NT1,
-                    x2_ptr, w2_ptr, s2_ptr, b2_ptr, o2_ptr, N2, K2, KP2, OUTW2, SMAX2, WE2, SE2, NT2, KS2,
-                    EP: tl.constexpr, BLOCK_M: tl.constexpr, BN1: tl.constexpr, BN2: tl.constexpr,
-                    CHUNKS: tl.constexpr, TILED: tl.constexpr, LOGICAL: tl.constexpr, NIB: tl.constexpr,
-                    ATOMIC: tl.constexpr, SPLITK2: tl.constexpr):
-    """FUSE2's one launch in plain Triton (the interpreter path), as _moe_wg_fused: every item by ticket, mlp1's
-    (tile-major, N tiles fastest) before mlp2's, an mlp2 item waiting for its tile's NT1 mlp1 items (CHAIN)."""
-    tiles = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M)
-    total1 = tiles * NT1
-    total = total1 + tiles * NT2
-    go = total >= 0  # as _moe_wg_fused: each ticket taken at the loop's top
-    while go:
-        w = take_item(ticket_ptr, total, tl.num_programs(0), 0)
-        go = w < total
-        if not go:
-            pass
-        elif w < total1:
-            _twin_item(x1_ptr, xs_ptr, sorted_ptr, offs_ptr, w1_ptr, s1_ptr, b1_ptr, gate_ptr, o1_ptr, N1, K1, KP1,
-                       OUTW1, TOPK, alpha, limit, act_scale, SMAX1, E, WE1, SE1, 1, EP, BLOCK_M, BN1, CHUNKS, TILED,
-                       LOGICAL, NIB, chain_ptr, TILES, 0, True, False, 1, 0, w // NT1, w % NT1, NT1)
-        else:
-            u = w - total1
-            _twin_item(x2_ptr, xs_ptr, sorted_ptr, offs_ptr, w2_ptr, s2_ptr, b2_ptr, gate_ptr, o2_ptr, N2, K2, KP2,
-                       OUTW2, TOPK, alpha, limit, act_scale, SMAX2, E, WE2, SE2, 2, EP, BLOCK_M, BN2, CHUNKS, TILED,
-                       LOGICAL, NIB, chain_ptr, TILES, NT1, True, ATOMIC, SPLITK2, KS2, u // NT2, u % NT2, NT2)
 
 
 @triton.jit
@@ -652,7 +621,7 @@ if gluon is not None:
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
                            LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE)
                 if TICKET:
-                    w = _g_take_item(ticket_ptr, total, gl.num_programs(0), gl.num_programs(0))
+                    w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
                 else:
                     w += gl.num_programs(0)
             if WAIT_LATE and total <= gl.program_id(0):  # no work: the PDL release all the same
@@ -709,111 +678,6 @@ if gluon is not None:
         return live
 
 
-    @gluon.jit
-    def _moe_wg_fused(xs_ptr, sorted_ptr, offs_ptr, gate_ptr, TOPK, alpha, limit, act_scale, E, chain_ptr, TILES,
-                      ticket_ptr, x1_ptr, w1_ptr, s1_ptr, b1_ptr, o1_ptr, N1, K1, KP1, OUTW1, SMAX1, WE1, SE1, NT1,
-                      GT1, x2_ptr, w2_ptr, s2_ptr, b2_ptr, o2_ptr, N2, K2, KP2, OUTW2, SMAX2, WE2, SE2, NT2, GT2, KS2, NEED2,
-                      EP: gl.constexpr, BLOCK_M: gl.constexpr, CHUNKS: gl.constexpr, TILED: gl.constexpr,
-                      RING_W: gl.constexpr, NIB: gl.constexpr, EPI_EARLY: gl.constexpr, XSKIP: gl.constexpr,
-                      SM: gl.constexpr, ATOMIC: gl.constexpr, SPLITK2: gl.constexpr, WAIT_LATE: gl.constexpr,
-                      BN1: gl.constexpr, STAGES1: gl.constexpr, LW1: gl.constexpr, MMA1: gl.constexpr,
-                      LXCP1: gl.constexpr, SX1: gl.constexpr, EPI1: gl.constexpr, SW1: gl.constexpr,
-                      SS1: gl.constexpr, LSC1: gl.constexpr, BN2: gl.constexpr, STAGES2: gl.constexpr,
-                      LW2: gl.constexpr, MMA2: gl.constexpr, LXCP2: gl.constexpr, SX2: gl.constexpr,
-                      EPI2: gl.constexpr, SW2: gl.constexpr, SS2: gl.constexpr, LSC2: gl.constexpr,
-                      STATIC: gl.constexpr = False):
-        """FUSE2: mlp1 and mlp2 in one launch of persistent programs taking every item by ticket
-        (kernels.sync.take_item), mlp1's (tile-major, N tiles fastest) before mlp2's, so no program holds a slot
-        for a later launch and no launch boundary sits between the two: an mlp2 item waits for its tile's NT1
-        mlp1 items (CHAIN's counters, reset by their last reader), which took smaller tickets and so run on
-        programs already resident. Each phase builds its own item (its layouts, ring depth, N tile); an mlp2
-        item waits for x_to_f16 too (its PDL wait), as the layer output it adds into (ATOMIC) is zeroed there."""
-        if not WAIT_LATE:
-            _g_pdl_enter()
-        tiles = _g_tile_count(offs_ptr, E, EP, BLOCK_M)
-        total1 = tiles * NT1
-        total = total1 + tiles * NT2
-        go = total >= 0  # the first ticket inside the loop: before it, ptxas left its atomic's branch unjoined
-        w = gl.program_id(0) - gl.num_programs(0)
-        while go:
-            if STATIC:  # TEMPORARY probe: every num_programs-th item from the program id (needs all resident)
-                w += gl.num_programs(0)
-            else:
-                w = _g_take_item(ticket_ptr, total, gl.num_programs(0), 0)
-            go = w < total
-            if not go:
-                pass
-            elif w < total1:
-                _g_wg_item(x1_ptr, xs_ptr, sorted_ptr, offs_ptr, w1_ptr, s1_ptr, b1_ptr, gate_ptr, o1_ptr, N1, K1,
-                           KP1, OUTW1, TOPK, alpha, limit, act_scale, SMAX1, E, WE1, SE1, 1, EP, BLOCK_M, BN1,
-                           CHUNKS, TILED, STAGES1, RING_W, LW1, MMA1, LXCP1, SX1, EPI1, SW1, SS1, LSC1, NIB,
-                           chain_ptr, TILES, 0, True, EPI_EARLY, XSKIP, None, None, None, 0, 0, offs_ptr, False,
-                           False, None, LW1, MMA1, LXCP1, SX1, SM, GT1, False, 1, 0, w // NT1, w % NT1, NT1,
-                           WAIT_LATE)
-            else:
-                if WAIT_LATE:  # a program whose items so far were all mlp2's has not waited for x_to_f16 yet
-                    _g_pdl_enter()
-                u = w - total1
-                _g_wg_item(x2_ptr, xs_ptr, sorted_ptr, offs_ptr, w2_ptr, s2_ptr, b2_ptr, gate_ptr, o2_ptr, N2, K2,
-                           KP2, OUTW2, TOPK, alpha, limit, act_scale, SMAX2, E, WE2, SE2, 2, EP, BLOCK_M, BN2,
-                           CHUNKS, TILED, STAGES2, RING_W, LW2, MMA2, LXCP2, SX2, EPI2, SW2, SS2, LSC2, NIB,
-                           chain_ptr, TILES, NEED2, True, EPI_EARLY, XSKIP, None, None, None, 0, 0, offs_ptr, False,
-                           False, None, LW2, MMA2, LXCP2, SX2, SM, GT2, ATOMIC, SPLITK2, KS2, u // NT2, u % NT2,
-                           NT2, 0)
-        if WAIT_LATE:  # a program that had no item: the PDL release all the same (a no-op after the first)
-            _g_pdl_enter()
-
-def _slices(phase, K, cfg) -> dict:
-    """SPLITK2's slices of mlp2's K (whole steps a slice): the kernels' SPLITK and KS."""
-    step = 128 * cfg["CHUNKS"]
-    steps = -(-K // step)
-    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 and cfg.get("ATOMIC") else 1
-    return dict(SPLITK=split, KS=-(-steps // split) * step if split > 1 else 0)
-
-
-def _programs_per_tile(phase, N, cfg, compiled_wg, split) -> int:
-    """A token tile's programs: its N tiles (the compiled WGMMA mlp1 stacks gate and linear rows, so its N tile
-    has half the columns) times mlp2's K slices."""
-    BN = 16 * cfg["ROWS"] * cfg["num_warps"]
-    cols = BN // 2 if phase == 1 and compiled_wg else BN
-    return triton.cdiv(N // 2 if phase == 1 else N, cols) * split
-
-
-def _weights(p, phase, cfg):
-    """The copy of p the kernels read (TILED: tile_mxfp4's, mlp1's de-interleaved; NIB: shuffle_nibbles')."""
-    if cfg["TILED"]:
-        p = tile_mxfp4(p, deinterleave=phase == 1)
-    if cfg["NIB"]:
-        p = shuffle_nibbles(p)
-    return p
-
-
-def _ring_copy(p, cfg, tma):
-    """What the WGMMA cp.async ring reads of p: (words, scales, expert strides, groups a chunk, whether it is
-    prepare.step_major's copy, where expert e's group g is group e * G + g of every chunk). TMA's boxes find the
-    step-major copy through their descriptors instead."""
-    if cfg.get("STEP_MAJOR") and not tma:
-        sw, ss = step_major(p)
-        groups = p.words.shape[1]
-        return sw, ss, groups * 256, groups * 64, sw.shape[1], True
-    return p.words, p.scales, p.words.stride(0), p.scales.stride(0), 0, False
-
-
-if gluon is not None:
-    def _wg_build(phase, cfg) -> dict:
-        """A WGMMA build's layouts for mlp1 (phase 1: a column's gate/linear pair per thread in the epilogue) or
-        mlp2 (8 consecutive rows of one token per thread)."""
-        BM, nw = cfg["BLOCK_M"], cfg["num_warps"]
-        BN = 16 * cfg["ROWS"] * nw
-        LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        if phase == 1:
-            EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])
-        else:
-            EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
-        SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
-        return dict(LW=LW, MMA=MMA, LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC)
-
-
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
             gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
@@ -823,8 +687,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
     compiled_wg = cfg["WGMMA"] and not INTERPRETED and gluon is not None
-    splits = _slices(phase, K, cfg)
-    grid = (tile_slots(r, BM), _programs_per_tile(phase, N, cfg, compiled_wg, splits["SPLITK"]))
+    cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
+    step = 128 * cfg["CHUNKS"]
+    steps = -(-K // step)
+    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 and cfg.get("ATOMIC") else 1
+    splits = dict(SPLITK=split, KS=-(-steps // split) * step if split > 1 else 0)  # whole steps a slice
+    grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     nt = grid[1]  # a token tile's programs
     persist = int(cfg.get("PERSIST1") or 0) if phase == 1 else 0
@@ -835,7 +703,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         grid = grid[::-1]
     if persist:  # programs per SM, each taking every grid-th program's work (no more than the worst case has)
         grid = (min(persist * sm_count(x16.device), grid[0] * grid[1]), 1)
-    p = _weights(p, phase, cfg)
+    if cfg["TILED"]:
+        p = tile_mxfp4(p, deinterleave=phase == 1)
+    if cfg["NIB"]:
+        p = shuffle_nibbles(p)
     args = (x16, xs, r.sorted, r.offsets, p.words, p.scales, b, r.weights, out, N, K, x16.shape[1],
             out_width, r.top_k, float(alpha), float(limit), float(act_scale), p.scale_max, E, p.words.stride(0),
             p.scales.stride(0))
@@ -847,16 +718,25 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                             **tickets)
     elif compiled_wg:
         nw = cfg["num_warps"]
-        build = _wg_build(phase, cfg)
-        LW, LXCP, MMA, SX = build["LW"], build["LXCP"], build["MMA"], build["SX"]
+        LW, LXCP, MMA, SX = wg_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
+        if phase == 1:  # a column's gate/linear pair per thread
+            EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])
+        else:  # 8 consecutive rows of one token per thread
+            EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
+        SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         tma = int(cfg.get("TMA") or 0)
         sm = bool(cfg.get("STEP_MAJOR"))
         wdesc = sdesc = xdesc = None
         if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
             wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"], sm)
-        words, scales, we, se, gt, ring_sm = _ring_copy(p, cfg, tma)
-        args = (*args[:4], words, scales, *args[6:-2], we, se)
+        gt = 0
+        ring_sm = sm and not tma  # TMA's boxes find the copy through their descriptors, the cp.async ring here
+        if ring_sm:  # expert e's group g is group e * G + g of every chunk
+            sw, ss = step_major(p)
+            groups = p.words.shape[1]
+            gt = sw.shape[1]
+            args = (*args[:4], sw, ss, *args[6:-2], groups * 256, groups * 64)
         half = bool(cfg.get("HALF"))
         LW_H, LXCP_H, MMA_H, SX_H = wg_layouts(BM // 2, cfg["ROWS"], cfg["CHUNKS"], nw) if half else (LW, LXCP, MMA, SX)
         xdesc_h = None
@@ -867,7 +747,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             if half:
                 xdesc_h = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM // 2, 128 * cfg["CHUNKS"]],
                                            SX_H)
-        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], **build, num_warps=nw,
+        _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
+                             LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
                              wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
@@ -887,53 +768,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     return nt
 
 
-def _launch_fused(x16, xs, r, p1, b1, p2, b2, act, y, alpha, limit, act_scale, cfg1, cfg2, chain):
-    """FUSE2: mlp1 (cfg1) and mlp2 (cfg2: ROWS2 and STAGES2 applied) as one launch of PERSIST1 programs per SM
-    (_moe_wg_fused; the interpreter's _moe_fused_twin), every item by ticket; chain: CHAIN's counters."""
-    E, BM = p1.shape[0], cfg1["BLOCK_M"]
-    compiled_wg = not INTERPRETED and gluon is not None
-    ph = {}
-    for phase, p, b, x, out, cfg in ((1, p1, b1, x16, act, cfg1), (2, p2, b2, act, y, cfg2)):
-        _, N, K = p.shape
-        split = _slices(phase, K, cfg)
-        q = _weights(p, phase, cfg)
-        words, scales, we, se, gt, sm = _ring_copy(q, cfg, 0)
-        if not compiled_wg:  # the twin reads the tiled copy
-            words, scales, we, se, gt, sm = q.words, q.scales, q.words.stride(0), q.scales.stride(0), 0, False
-        nt = _programs_per_tile(phase, N, cfg, compiled_wg, split["SPLITK"])
-        ph[phase] = dict(args=(x, words, scales, b, out, N, K, x.shape[1], out.shape[1], q.scale_max, we, se, nt),
-                         GT=gt, SM=sm, NT=nt, BN=16 * cfg["ROWS"] * cfg["num_warps"], **split)
-    dbg = os.environ.get("LAB_FUSE2_DEBUG", "")  # TEMPORARY device-probe hook: need0, only1, only2
-    need2 = 0 if dbg == "need0" else ph[1]["NT"]
-    for phase, name in ((2, "only1"), (1, "only2")):
-        if dbg == name:
-            ph[phase]["args"] = (*ph[phase]["args"][:-1], 0)
-    slots = tile_slots(r, BM)
-    grid = (min(int(cfg1["PERSIST1"]) * sm_count(x16.device), slots * (ph[1]["NT"] + ph[2]["NT"])),)
-    if trace_args("mlp", grid, r.offsets)["TRACE"]:
-        raise ValueError("moe_mma FUSE2 keeps no program trace (kernels.trace): trace the two-launch layer")
-    ticket = scratch(x16.device, ("moe_mma_fused_ticket",), 1, torch.int32)
-    common = (xs, r.sorted, r.offsets, r.weights, r.top_k, float(alpha), float(limit), float(act_scale), E, chain,
-              slots, ticket)
-    meta = dict(EP=expert_span(E), BLOCK_M=BM, CHUNKS=cfg1["CHUNKS"], TILED=cfg1["TILED"], NIB=cfg1["NIB"],
-                ATOMIC=bool(cfg1.get("ATOMIC")), SPLITK2=ph[2]["SPLITK"])
-    if not compiled_wg:
-        _moe_fused_twin[grid](*common, *ph[1]["args"], *ph[2]["args"], ph[2]["KS"], **meta, BN1=ph[1]["BN"],
-                              BN2=ph[2]["BN"], LOGICAL=True)
-        return
-    build1, build2 = _wg_build(1, cfg1), _wg_build(2, cfg2)
-    _moe_wg_fused[grid](*common, *ph[1]["args"], ph[1]["GT"], *ph[2]["args"], ph[2]["GT"], ph[2]["KS"], need2, **meta,
-                        RING_W=True, EPI_EARLY=int(cfg1.get("EPI_EARLY") or 0), XSKIP=bool(cfg1.get("XSKIP")),
-                        SM=ph[1]["SM"], WAIT_LATE=int(cfg1.get("WAIT_LATE") or 0), BN1=ph[1]["BN"],
-                        STAGES1=cfg1["STAGES"], **{k + "1": v for k, v in build1.items()}, BN2=ph[2]["BN"],
-                        STAGES2=cfg2["STAGES"], **{k + "2": v for k, v in build2.items()},
-                        num_warps=cfg1["num_warps"], **reg_cap(cfg1.get("MAXNREG")), **pdl_launch(inner=True),
-                        STATIC=dbg == "static")
-
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False, FUSE2=False):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -977,9 +815,6 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so programs that finish
     first take more and mlp1's last items start as early as slots free (mlp2 then starts later: 0.3-1 us slower
     on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens, results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
-    FUSE2 (PERSIST1, CHAIN, RING_W): mlp1 and mlp2 in one launch of PERSIST1 programs per SM taking every item by
-    ticket, mlp1's before mlp2's (each phase its own build), so no mlp2 program holds a slot waiting and no launch
-    boundary sits between the two.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -993,7 +828,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, FUSE2=FUSE2)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
@@ -1001,12 +836,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
                       zero=y if atomic else None)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
-    cfg2 = {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}
-    if FUSE2:
-        _launch_fused(xq, xs, r, p1, b1, p2, b2, act, y, alpha, limit, scale, cfg, cfg2, chain)
-    else:
-        need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
-        _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale, cfg2, chain, need)
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
+    _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -1096,7 +928,7 @@ def _rule_splitk2(cfg, problem):
 
 def _rule_persist(cfg, problem):
     """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop);
-    WAIT_LATE moves that loop's PDL wait and TICKET1 its order; FUSE2 puts mlp2's items in the same loop."""
+    WAIT_LATE moves that loop's PDL wait and TICKET1 its order."""
     if cfg.get("PERSIST1") and not cfg.get("WGMMA"):
         return "PERSIST1 applies only with WGMMA"
     if cfg.get("WAIT_LATE") and not cfg.get("PERSIST1"):
@@ -1105,13 +937,6 @@ def _rule_persist(cfg, problem):
         return "WAIT_LATE=2 copies weights ahead of the wait in RING_W's or TMA's ring"
     if cfg.get("TICKET1") and not cfg.get("PERSIST1"):
         return "TICKET1 needs PERSIST1"
-    if cfg.get("FUSE2"):
-        for opt in ("PERSIST1", "CHAIN", "RING_W"):
-            if not cfg.get(opt):
-                return f"FUSE2 needs {opt}"
-        for opt in ("TMA", "HALF", "TICKET1"):
-            if cfg.get(opt):
-                return f"FUSE2 builds the cp.async ring's full-width items, every one by ticket (not {opt})"
     return None
 
 
@@ -1135,12 +960,12 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "FUSE2": (False, True)},
+           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "FUSE2": False},
+              "WAIT_LATE": False, "TICKET1": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

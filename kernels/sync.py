@@ -50,17 +50,20 @@ def take_ticket(ctr_ptr):
 
 
 @triton.jit
-def take_item(ctr_ptr, total, grid, base):
-    """A persistent program's next item of `total` by ticket, so programs that finish first take more: base plus
-    the ticket, where base is grid when each program's first item was its program id (moe_mma's TICKET1) and 0
-    when every item is a ticket (FUSE2). Every program that takes tickets takes one past the live ones before it
-    stops; the one taking the launch's last ticket zeroes the counter for the next call (every other program is
-    done with it by then)."""
+def take_item(ctr_ptr, total, grid):
+    """A persistent program's next item of `total`, after a first item that was its program id: grid plus a
+    ticket, so programs that finish first take more (moe_mma's TICKET1). Each program with a first item takes
+    one ticket past the live ones before it stops; the one taking the launch's last ticket zeroes the counter
+    for the next call (every other program is done with it by then).
+    Call it inside a loop, after work, as TICKET1 does: a ticket taken first thing in a kernel (FUSE2, since
+    removed) compiled on sm_90 to a branch around the warp-aggregated atomic with no BSSY/BSYNC to join it
+    before the barrier that broadcasts the ticket; compute-sanitizer synccheck reported divergent threads there
+    and the H100 hung (stop 56 in FINDINGS.md). synccheck finds the shipped forms clean
+    (results/20261128T055210-h100-80gb-hbm3-synccheck-shipped)."""
     t = tl.atomic_add(ctr_ptr, 1, sem="relaxed")
-    takers = grid - tl.maximum(base - total, 0)  # with base = grid, the programs that had a first item
-    if t == tl.maximum(total - base, 0) + takers - 1:
+    if t == tl.maximum(total - grid, 0) + tl.minimum(grid, total) - 1:
         tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
-    return base + t
+    return grid + t
 
 
 @triton.jit

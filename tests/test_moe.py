@@ -796,8 +796,7 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     after its first weight copies too, which needs a ring of them) changes no arithmetic; its ordering is checked
     on the GPU (test_moe_mma_tma_under_graphs_with_new_routing). TICKET1 (items after the first by ticket) does
     the same work in another order, so the same bits, twice in a row: the counter is back at zero after each call
-    (a counter left set would skip items). FUSE2 runs mlp1's and mlp2's items in one launch by ticket: the same
-    bits, twice in a row too."""
+    (a counter left set would skip items)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
@@ -805,13 +804,11 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist, late, order in ((2, False, {}), (1, True, {"TICKET1": True}), (8, 2, {}),
-                                     (2, 2, {"TICKET1": True}), (2, 2, {"FUSE2": True}), (1, False, {"FUSE2": True})):
-            if order.get("FUSE2") and (not c.get("CHAIN") or c.get("HALF")):  # its rules
-                continue
-            for _ in range(2 if order else 1):
-                got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late, **order)
-                assert torch.equal(got, y), (extra, persist, order)
+        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True)):
+            for _ in range(2 if ticket else 1):
+                got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late,
+                                  TICKET1=ticket)
+                assert torch.equal(got, y), (extra, persist, ticket)
         assert rel_err(y, ref) < TOL
     c = {**cfg, "BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "ATOMIC": True, "SPLITK2": 2}
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
@@ -824,10 +821,6 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     assert "RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "PERSIST1": 4, "WAIT_LATE": 2}, problem)
     assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "TICKET1": True}, problem)
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "TICKET1": True}, problem) is None
-    fused = {**v.defaults, **cfg, "PERSIST1": 4, "CHAIN": True, "FUSE2": True}
-    assert v.reason(fused, problem) is None
-    for opt, val in (("PERSIST1", 0), ("CHAIN", False), ("TMA", 2), ("TICKET1", True)):
-        assert "FUSE2" in v.reason({**fused, opt: val}, problem), opt
 
 
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
@@ -868,19 +861,14 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2, "TICKET1": True},
                                   {"CHAIN": True, "PERSIST1": 2, "TICKET1": True},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
-                                   "WAIT_LATE": 2, "TICKET1": True},
-                                  {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2, "FUSE2": True, "ROWS2": 1},
-                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
-                                   "FUSE2": True},
-                                  {"CHAIN": True, "PERSIST1": 1, "FUSE2": True}])
+                                   "WAIT_LATE": 2, "TICKET1": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
     and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; TICKET1: its counter back
-    at zero for each replay; FUSE2: mlp1's and mlp2's items in one launch, the same; SPLITK2's output, whose
-    shares round in bf16 in any order, within 1%)."""
+    at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
