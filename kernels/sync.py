@@ -59,7 +59,9 @@ def take_item(ctr_ptr, total, grid):
     removed) compiled on sm_90 to a branch around the warp-aggregated atomic with no BSSY/BSYNC to join it
     before the barrier that broadcasts the ticket; compute-sanitizer synccheck reported divergent threads there
     and the H100 hung (stop 56 in FINDINGS.md). synccheck finds the shipped forms clean
-    (results/20261128T055210-h100-80gb-hbm3-synccheck-shipped)."""
+    (results/20261128T055210-h100-80gb-hbm3-synccheck-shipped), moe_fused's first-thing take_ticket too
+    (...055735-...-synccheck-moe-tickets): whether ptxas joins the branch is its choice, so run synccheck
+    (.device/memcheck.sh with TOOL=synccheck) on any new ticket site."""
     t = tl.atomic_add(ctr_ptr, 1, sem="relaxed")
     if t == tl.maximum(total - grid, 0) + tl.minimum(grid, total) - 1:
         tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
