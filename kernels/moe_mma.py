@@ -771,7 +771,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
 def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, BLOCK_M, ROWS, CHUNKS,
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
-                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False):
+                STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
+                MAXNREG2=None):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -815,6 +816,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so programs that finish
     first take more and mlp1's last items start as early as slots free (mlp2 then starts later: 0.3-1 us slower
     on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens, results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
+    MAXNREG2: mlp2's own register cap (its sm_90 leader build needs 90 registers, 5 programs per SM; capped at 80
+    it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -838,7 +841,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES}, chain, need)
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG}, chain,
+            need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -896,11 +900,12 @@ def _rule_ring(cfg, problem):
 
 
 def _rule_rows2(cfg, problem):
-    """ROWS2 and STAGES2 build mlp2 with ROWS = ROWS2 and STAGES = STAGES2: that build is held to the register and
-    ring rules too; a value equal to mlp1's would repeat the config without it. STAGES2 sizes WGMMA's ring only
-    (the mma.sync builds' STAGES also chooses between their ring and register loads)."""
+    """ROWS2, STAGES2 and MAXNREG2 build mlp2 with ROWS = ROWS2, STAGES = STAGES2 and MAXNREG = MAXNREG2: that
+    build is held to the register and ring rules too; a value equal to mlp1's would repeat the config without it.
+    STAGES2 sizes WGMMA's ring only (the mma.sync builds' STAGES also chooses between their ring and register
+    loads)."""
     mlp2 = dict(cfg)
-    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES")):
+    for own, of in (("ROWS2", "ROWS"), ("STAGES2", "STAGES"), ("MAXNREG2", "MAXNREG")):
         if cfg.get(own) is None:
             continue
         if cfg[own] == cfg[of]:
@@ -960,12 +965,12 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True)},
+           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 80, 96, 128)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

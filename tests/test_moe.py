@@ -823,6 +823,27 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "TICKET1": True}, problem) is None
 
 
+def test_moe_mma_maxnreg2_caps_mlp2_only(device, monkeypatch):
+    """MAXNREG2 is mlp2's own register cap: mlp1's launch is built with MAXNREG, mlp2's with MAXNREG2 (caps change
+    no arithmetic, so the bits stay those of the config without it); a value equal to MAXNREG repeats that config."""
+    import kernels.moe_mma as mm
+
+    caps, launch = [], mm._launch
+    monkeypatch.setattr(mm, "_launch", lambda *a, **k: caps.append(a[11]["MAXNREG"]) or launch(*a, **k))
+    cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
+           "RING_W": True, "NIB": True, "CHAIN": True, "ATOMIC": True, "MAXNREG": 128}
+    dw, x, r, _ = odd_layer(23, 21, 5, device)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    caps.clear()
+    got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, MAXNREG2=80)
+    assert caps == [128, 80]
+    assert torch.equal(got, y)
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    base = {**v.defaults, **cfg, "EPI_EARLY": 2}
+    assert v.reason({**base, "MAXNREG2": 80}, problem) is None
+    assert "equals MAXNREG" in v.reason({**base, "MAXNREG2": 128}, problem)
+
+
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
@@ -860,6 +881,8 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 168},
                                   {"CHAIN": True, "PERSIST1": 4, "WAIT_LATE": 2, "TICKET1": True},
                                   {"CHAIN": True, "PERSIST1": 2, "TICKET1": True},
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
+                                   "MAXNREG2": 64, "WAIT_LATE": 2},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
                                    "WAIT_LATE": 2, "TICKET1": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
