@@ -817,7 +817,9 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     first take more and mlp1's last items start as early as slots free (mlp2 then starts later: 0.3-1 us slower
     on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens, results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
     MAXNREG2: mlp2's own register cap (its sm_90 leader build needs 90 registers, 5 programs per SM; capped at 80
-    it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight.
+    it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight: 80 is
+    0.7-1.2 us faster on 20b at 32 tokens and 1.7-4 us on 120b at 16-64, tied on 20b at 16 and 64; 64 is 6-25 us
+    slower (results/20261128T061704-h100-80gb-hbm3-moe-mma-maxnreg2-a, ...062013-...-moe-mma-maxnreg2-ba).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
