@@ -826,10 +826,13 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
 def test_moe_mma_maxnreg2_caps_mlp2_only(device, monkeypatch):
     """MAXNREG2 is mlp2's own register cap: mlp1's launch is built with MAXNREG, mlp2's with MAXNREG2 (caps change
     no arithmetic, so the bits stay those of the config without it); a value equal to MAXNREG repeats that config."""
+    import inspect
+
     import kernels.moe_mma as mm
 
     caps, launch = [], mm._launch
-    monkeypatch.setattr(mm, "_launch", lambda *a, **k: caps.append(a[11]["MAXNREG"]) or launch(*a, **k))
+    cfg_of = lambda *a, **k: inspect.signature(launch).bind(*a, **k).arguments["cfg"]  # noqa: E731
+    monkeypatch.setattr(mm, "_launch", lambda *a, **k: caps.append(cfg_of(*a, **k)["MAXNREG"]) or launch(*a, **k))
     cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
            "RING_W": True, "NIB": True, "CHAIN": True, "ATOMIC": True, "MAXNREG": 128}
     dw, x, r, _ = odd_layer(23, 21, 5, device)
