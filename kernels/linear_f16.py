@@ -205,6 +205,13 @@ def logical_pos(el):
     return ((el // 8) % 4) * 32 + ((el // 2) % 2) * 16 + (el % 2) * 8 + (el // 32) * 2 + (el // 4) % 2
 
 
+@triton.jit
+def logical_pos_half(el):
+    """Inverse of logical_elem(q, 16): position of element el = 16 t + 8 i + 4 e + 2 s + h (el < 64) of a 64-K
+    half step in x_to_f16's half_tail order (moe_mma's TAIL stores act's half last chunk so)."""
+    return ((el // 8) % 2) * 32 + ((el // 2) % 2) * 16 + (el % 2) * 8 + (el // 16) * 2 + (el // 4) % 2
+
+
 #: x_to_f16 splits each row over programs of SLICE output positions when it has at most SPLIT_ROWS rows
 #: (LAB_X16_SPLIT_ROWS=0: never, for A/B runs against one program a row).
 SLICE = 512

@@ -375,7 +375,8 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
-                        NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0, EARLY: gl.constexpr = False):
+                        NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0, EARLY: gl.constexpr = False,
+                        TAIL: gl.constexpr = False, tail=None, LWH: gl.constexpr = None):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -387,18 +388,32 @@ if gluon is not None:
         hbm3-moe-slices, ...091124-...-linear-slices). ptxas issued the first slice early and the rest together,
         and two programs per SM already overlap one's decode with the other's wgmma.
         EARLY: the program's PDL wait comes after its first STAGES - 1 steps' weight copies, before any x copy
-        (those weight copies join step 0's group)."""
+        (those weight copies join step 0's group).
+        TAIL (one chunk per step; tail: _g_ring_tail_buffers' buffers and offsets): the ring runs K's whole steps
+        only, and a half chunk left at the end (K % 128 == 64) runs as a half step from buffers of its own, filled
+        in the group of the ring's first copies (_g_ring_tail_issue, _g_ring_tail_step)."""
         STEP: gl.constexpr = CHUNKS * 16
-        steps = gl.cdiv(KW, STEP)
+        if TAIL:
+            steps = KW // STEP
+            tail_live = steps * STEP < KW
+            KW = steps * STEP  # the ring copies whole steps only
+        else:
+            steps = gl.cdiv(KW, STEP)
         if EARLY:
+            if TAIL:
+                _g_ring_tail_issue(tail, x_ptr, tail_live, PART=1)
             for q in gl.static_range(STAGES - 1):
                 _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
                               STEP, STAGES, xok, SM, GT, PART=1)
             _g_pdl_enter()
+            if TAIL:
+                _g_ring_tail_issue(tail, x_ptr, tail_live, PART=2)
             for q in gl.static_range(STAGES - 1):
                 _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
                               STEP, STAGES, xok, SM, GT, PART=2)
         else:
+            if TAIL:
+                _g_ring_tail_issue(tail, x_ptr, tail_live)
             for q in gl.static_range(STAGES - 1):
                 _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
                               STEP, STAGES, xok, SM, GT)
@@ -417,7 +432,62 @@ if gluon is not None:
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
+        if TAIL:
+            if tail_live:
+                acc = _g_ring_tail_step(acc, tail, SMAX, LWH, A_L, NIB)
         return acc
+
+    @gluon.constexpr_function
+    def ring_tail_layout(BLOCK_N, BLOCK_M, num_warps, k):
+        """Layout k of ring_tail_layouts(BLOCK_N, BLOCK_M, num_warps), for kernels."""
+        return ring_tail_layouts(BLOCK_N, BLOCK_M, num_warps)[k]
+
+    @gluon.jit
+    def _g_ring_tail_buffers(rows, tw_e, ts_e, xtofs, BLOCK_M: gl.constexpr):
+        """TAIL's buffers (words [BLOCK_N, 1, 4, 2], scale bytes [BLOCK_N, 1, 4], x [BLOCK_M, 64]) and the copies'
+        sources: rows' 8 words and 4 scale bytes in tail_half's copy (tw_e, ts_e: the weight's, or an expert's,
+        first group) and x's half_tail columns (xtofs, layout ring_tail_layouts' LXT), as one tuple."""
+        BLOCK_N: gl.constexpr = rows.shape[0]
+        LWH: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 0)
+        SWH: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 1)
+        LTS: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 2)
+        SXT: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 4)
+        LS: gl.constexpr = gl.SliceLayout(3, LWH)
+        r = gl.convert_layout(rows, row_layout(LWH))
+        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LS)))
+        i = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LWH))))
+        wrow = gl.multiple_of((r // 16) * 128 + (r % 16) * 8, 8)
+        twofs = wrow[:, None, None, None] + (t * 2)[None, None, :, None] + i[None, None, None, :]
+        rs = gl.convert_layout(rows, gl.SliceLayout(1, gl.SliceLayout(2, LTS)))
+        b = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LTS)))
+        srow = gl.multiple_of((rs // 16) * 64 + (rs % 16) * 4, 4)
+        tsofs = gl.max_contiguous(gl.multiple_of(srow[:, None, None] + b[None, None, :], [1, 1, 4]), [1, 1, 4])
+        wt = gl.allocate_shared_memory(gl.int32, [BLOCK_N, 1, 4, 2], SWH)
+        st = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, 1, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+        xt = gl.allocate_shared_memory(gl.float16, [BLOCK_M, 64], SXT)
+        return wt, st, xt, tw_e, twofs, ts_e, tsofs, xtofs
+
+    @gluon.jit
+    def _g_ring_tail_issue(tail, x_ptr, live, PART: gl.constexpr = 0):
+        """TAIL: cp.async copies of the K tail's words, scale bytes (PART 1) and x rows (PART 2) into its buffers,
+        none where not live (a K slice of whole steps), joining the caller's group (not committed here)."""
+        wt, st, xt, tw_e, twofs, ts_e, tsofs, xtofs = tail
+        if PART != 2:
+            async_copy.async_copy_global_to_shared(wt, tw_e + twofs, mask=live & (twofs >= 0))
+            async_copy.async_copy_global_to_shared(st, ts_e + tsofs, mask=live & (tsofs >= 0))
+        if PART != 1:
+            async_copy.async_copy_global_to_shared(xt, x_ptr + xtofs, mask=live & (xtofs >= 0))
+
+    @gluon.jit
+    def _g_ring_tail_step(acc, tail, SMAX, LWH: gl.constexpr, A_L: gl.constexpr, NIB: gl.constexpr):
+        """TAIL's half step (the copies landed: the ring waited for their group): lane t of a row decodes its words
+        2t and 2t + 1 (block t // 2, whose scale byte is its byte t), the wgmma takes 64 K (4 k-steps)."""
+        wt, st, xt, tw_e, twofs, ts_e, tsofs, xtofs = tail
+        gl.thread_barrier()  # every thread's tail copies landed
+        fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+        w = _g_decode_step(wt.load(LWH), st.load(gl.SliceLayout(3, LWH)), SMAX, NIB)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), xt.permute((1, 0)), acc, is_async=True)
+        return warpgroup_mma_wait(0, deps=[acc])
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
@@ -617,14 +687,15 @@ if gluon is not None:
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
-                      GT=0, KL=None):
+                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
         to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
         row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
-        weight copies."""
+        weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
+        tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs)."""
         if KL is None:
             KL = K
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
@@ -639,8 +710,13 @@ if gluon is not None:
                 wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, CHUNKS, 4, 4], SW)
                 ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS * BLOCK_N // 4, 16], SS)  # chunk-major
                 scofs = _g_scale_copy(rows, K // 8, LSC, SM)
+                tail = None
+                LWT: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 0)
+                if TAIL:
+                    tail = _g_ring_tail_buffers(rows, tw_e, ts_e, xtofs, BLOCK_M)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KL // 8,
-                                      KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT, EARLY)
+                                      KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT, EARLY, TAIL, tail,
+                                      LWT)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)
@@ -653,10 +729,12 @@ if gluon is not None:
                    LXCP: gl.constexpr, MMA: gl.constexpr, SX: gl.constexpr, SW: gl.constexpr, SS: gl.constexpr,
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
-                   SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0):
+                   SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
+                   tw_ptr=None, ts_ptr=None):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
-        weight copies."""
+        weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
+        ts_ptr)."""
         if not EARLY:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -664,14 +742,21 @@ if gluon is not None:
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
+        xtofs = None
+        if TAIL:
+            LXT: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 3)
+            tt = gl.convert_layout(tok, gl.SliceLayout(1, LXT))
+            xtofs = (tt * KP + K // 128 * 128)[:, None] + gl.arange(0, 64, layout=gl.SliceLayout(0, LXT))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
+                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
 
+@triton.constexpr_function
 def _log2(v: int) -> int:
     return v.bit_length() - 1
 
@@ -679,6 +764,7 @@ def _log2(v: int) -> int:
 _LANES = [[0, 0, 1, 0], [0, 0, 2, 0], [1, 0, 0, 0], [2, 0, 0, 0], [4, 0, 0, 0]]  # lane 4 g + t: t, then rows g
 
 
+@triton.constexpr_function
 def word_layout(ROWS: int, CHUNKS: int, num_warps: int, WORDS: int = 4):
     """Layout of a step's weight words [BLOCK_N, CHUNKS, 4 (t), WORDS (i)] (mma_layouts' LW): registers i, row
     + 8, the chunks, then the ROWS 16-row groups of a warp; lanes t then g; warps 16-row groups. WORDS=2: TAIL's
@@ -731,8 +817,9 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
     if cfg.get("STEP_MAJOR") and not ring_w:
         return "STEP_MAJOR lays out the weights the ring copies (it needs RING_W)"
-    if cfg.get("TAIL") and (cfg.get("TMA") != 2 or c != 1):
-        return "TAIL lands the K tail's half chunk and x's by TMA, beside a ring of one-chunk steps (TMA=2, CHUNKS=1)"
+    if cfg.get("TAIL") and (c != 1 or not (cfg.get("TMA") == 2 or (ring_w and not cfg.get("TMA")))):
+        return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1), landed by TMA (TMA=2) "
+                "or by the cp.async ring's copies (RING_W without TMA)")
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -818,7 +905,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False):
     return cache[key]
 
 
-@functools.cache
+@triton.constexpr_function
 def tail_layouts(ROWS: int, num_warps: int):
     """(register layout, shared layout) of TAIL's half-step words [BLOCK_N, 1, 4 (t), 2 (i)]: mma_layouts' word
     layout with two words per lane instead of four (lane t's words 2t, 2t + 1 of the row's half chunk), read from
@@ -826,6 +913,18 @@ def tail_layouts(ROWS: int, num_warps: int):
     dense = ([[0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 2, 0]]
              + [[1 << j, 0, 0, 0] for j in range(_log2(16 * ROWS * num_warps))])
     return word_layout(ROWS, 1, num_warps, 2), gl.SharedLinearLayout(dense)
+
+
+@triton.constexpr_function
+def ring_tail_layouts(BLOCK_N: int, BLOCK_M: int, num_warps: int):
+    """(word registers, word buffer, scale copy, x copy, x buffer) layouts of the cp.async ring's TAIL: the words
+    as TMA's TAIL reads them (tail_layouts: lane t's words 2t, 2t + 1, 8 bytes a copy), a row's 4 scale bytes per
+    thread (one 4-byte copy), x's [BLOCK_M, 64] half rows 16 bytes a thread into a 128-byte-swizzled buffer (the
+    wgmma's B operand of 64 K). Constexpr functions (as are the layouts they build on): kernels call them too."""
+    LWH, SWH = tail_layouts(BLOCK_N // (16 * num_warps), num_warps)
+    LTS = gl.BlockedLayout([1, 1, 4], [32, 1, 1], [num_warps, 1, 1], [2, 1, 0])
+    LXT = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    return LWH, SWH, LTS, LXT, gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], gl.float16)
 
 
 def tail_descriptors(p, NG: int):
@@ -858,10 +957,11 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     cached): 9 instead of 15 decode instructions per word. TMA (with RING_W): the ring's words and scales copied
     by the tensor memory accelerator (tma_descriptors), one bulk copy per slot; TMA=2 x's rows too (a box of
     [BLOCK_M, 128 CHUNKS] per step on the same mbarrier, rows past M read as zeros). EARLY (with TMA): the first
-    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (with TMA=2,
+    steps' weight copies are issued before the PDL wait, while x_to_f16's launch still runs. TAIL (TMA=2,
     CHUNKS=1; a no-op unless K % 128 == 64, and without a GPU, where the interpreter twin reads the zero-padded
     chunk): the last chunk, half padding, runs as a half step from tail_half's copy (half the bytes, decode and
-    wgmmas), against x_to_f16's half_tail order. STEP_MAJOR (with RING_W): the ring's copies (or TMA's boxes)
+    wgmmas), against x_to_f16's half_tail order; with RING_W and no TMA (TAIL's other form) the same half step
+    from buffers the cp.async ring fills with its first copies (_g_wg_ring_loop). STEP_MAJOR (with RING_W): the ring's copies (or TMA's boxes)
     read prepare.step_major's copy (made on first use, cached), where a step's words are one piece and the
     programs running together read neighbouring pieces; without a GPU the interpreter twin reads the tiled copy."""
     M, K = x.shape
@@ -872,7 +972,9 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         p = shuffle_nibbles(p)
     tail = bool(TAIL and TMA == 2 and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 and not INTERPRETED \
         and gluon is not None
-    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, half_tail=tail)
+    ring_tail = bool(TAIL and RING_W and not TMA and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 \
+        and not INTERPRETED and gluon is not None
+    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, half_tail=tail or ring_tail)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
@@ -898,10 +1000,11 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             sw, ss = step_major(p)
             gt = sw.shape[1]
             args = (*args[:2], sw, ss, *args[4:])
+        tw, ts = tail_half(p) if ring_tail else (None, None)
         _wg_kernel[grid[::-1]](*args, **meta, STAGES=STAGES, RING_W=RING_W, LW=LW, LXCP=LXCP, MMA=MMA, SX=SX,
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
-                               SM=bool(STEP_MAJOR) and not TMA, GT=gt,
+                               SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
                                num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:

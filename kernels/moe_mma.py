@@ -34,7 +34,7 @@ import torch
 
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
-from .linear_f16 import logical_pos, sm_count, x_to_f16
+from .linear_f16 import logical_pos, logical_pos_half, sm_count, x_to_f16
 from .linear_mma import (
     SHARED_BYTES,
     _tile_offsets,
@@ -46,7 +46,7 @@ from .linear_mma import (
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
-from .prepare import shuffle_nibbles, step_major, tile_mxfp4
+from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, take_item, wait_count
 from .trace import trace_args, trace_end, trace_mark
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -62,6 +62,7 @@ if gluon is not None:
         _g_wg_program,
         _g_word_offsets,
         ring_layouts,
+        ring_tail_layout,
         row_layout,
         tma_descriptors,
         wg_ring_layouts,
@@ -121,7 +122,8 @@ def _epi_bias(j, e, b_ptr, N, PHASE: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale, SMAX,
-              PHASE: tl.constexpr, LOGICAL: tl.constexpr, sorted_ptr, TOPK, ATOMIC: tl.constexpr):
+              PHASE: tl.constexpr, LOGICAL: tl.constexpr, sorted_ptr, TOPK, ATOMIC: tl.constexpr,
+              TAIL: tl.constexpr = False):
     """acc [columns j, sorted positions rm] with _epi_token's tok and _epi_bias' rows -> mlp1: SwiGLU(gate acc_a,
     linear acc_b) * act_scale as fp16 at act[rm, word-major (LOGICAL: logical K order) position of j] (row width
     OUTW); mlp2: (acc_a + b2) * gate weight as bf16 y[rm, j]. In logical order the columns past N / 2 are spread
@@ -130,7 +132,9 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
     whose columns reach no padding column skip it (it was 4% of the 20b mlp1's executed instructions at 8192
     tokens). ATOMIC (mlp2): the bf16 rows are added into out[token of rm, j] ([T, N], zeroed beforehand) by
     relaxed atomics instead of stored at y[rm, j]; the interpreter, whose programs run one at a time, adds with a
-    load and a store."""
+    load and a store. TAIL (mlp1, logical, N / 2 % 128 == 64: mlp2 runs TAIL): the half last chunk's columns in
+    x_to_f16's half_tail order (logical_pos_half), and no padding zeroed (mlp2's ring and half step never read it).
+    """
     mmask = rm < end
     if PHASE == 1:
         half = N // 2
@@ -138,7 +142,10 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
         lin = acc_b * tok + bias_b.to(tl.float32)
         a = swiglu(g, lin, alpha, limit, act_scale)  # scaled for fp16
         row = out_ptr + rm[None, :].to(tl.int64) * OUTW
-        if LOGICAL:
+        if LOGICAL and TAIL:
+            pos = tl.where(j < half // 128 * 128, logical_pos(j % 128), logical_pos_half(j % 128))
+            tl.store(row + (j - j % 128 + pos)[:, None], a.to(tl.float16), mask=mmask[None, :] & (j < half)[:, None])
+        elif LOGICAL:
             tl.store(row + (j - j % 128 + logical_pos(j % 128))[:, None], a.to(tl.float16),
                      mask=mmask[None, :] & (j < half)[:, None])
             for q in range(0, tl.cdiv(tl.maximum(OUTW - half - J0, 0), half)):  # padding column half * (q + 1) + j
@@ -479,14 +486,18 @@ if gluon is not None:
                    XSKIP: gl.constexpr, TMA: gl.constexpr, TRACE: gl.constexpr, xdesc, BLOCK_M: gl.constexpr,
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
-                   WAIT_LATE: gl.constexpr = False):
+                   WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
+                   TAIL_OUT: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
         slice * KS for at most KS and adds its share (the bias with slice 0's) into the output. WAIT_LATE: the
         program's PDL wait here, after the tile's routing reads (offsets, sorted positions, gate weights: written
         two launches back, by route) and bias loads, before x's and its token scales' (x_to_f16's); 2: in the
-        K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY)."""
+        K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY). TAIL: the K tail's
+        half chunk as a half step (tails: tail_half's words and scale bytes of the expert stack, and their strides
+        per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
+        mlp2 that runs TAIL (_epilogue)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -536,9 +547,20 @@ if gluon is not None:
             s_e += ks // 128 * (GT * 64 if SM else 64)
             xofs += ks
             kl = gl.maximum(gl.minimum(K - ks, KS), 0)
+        tw_e = None
+        ts_e = None
+        xtofs = None
+        if TAIL:
+            tw_ptr, ts_ptr, TWE, TSE = tails
+            tw_e = tw_ptr + e.to(gl.int64) * TWE
+            ts_e = ts_ptr + e.to(gl.int64) * TSE
+            LXT: gl.constexpr = ring_tail_layout(BLOCK_N, BLOCK_M, gl.num_warps(), 3)
+            srct = gl.convert_layout(src, gl.SliceLayout(1, LXT)).to(gl.int64)
+            xtofs = (srct * KP + K // 128 * 128)[:, None] + gl.arange(0, 64, layout=gl.SliceLayout(0, LXT))[None, :]
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
-                            xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl)
+                            xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
+                            xtofs=xtofs)
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
@@ -562,7 +584,7 @@ if gluon is not None:
             bias_a = gl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
             bias_b = bias_a
         _g_epilogue(acc_a, acc_b, je, pn * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                    alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC)
+                    alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
@@ -581,7 +603,8 @@ if gluon is not None:
                        LW_H: gl.constexpr, MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr,
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
-                       ticket_ptr=None, TICKET: gl.constexpr = False):
+                       ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -602,7 +625,9 @@ if gluon is not None:
         the gate-weighted rows are added into the layer output (_epilogue), no combine launch after. PERSIST: a
         grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
         a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid;
-        TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more)."""
+        TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more).
+        TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert)."""
+        tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
@@ -619,7 +644,8 @@ if gluon is not None:
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
-                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE)
+                           LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE,
+                           tails, TAIL, TAIL_OUT)
                 if TICKET:
                     w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
                 else:
@@ -633,7 +659,8 @@ if gluon is not None:
                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                              gl.program_id(1), gl.program_id(0), gl.num_programs(0))
+                              gl.program_id(1), gl.program_id(0), gl.num_programs(0), tails=tails, TAIL=TAIL,
+                              TAIL_OUT=TAIL_OUT)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -648,7 +675,8 @@ if gluon is not None:
                    trace_ptr, TRACE: gl.constexpr, HALF: gl.constexpr, xdesc_h, LW_H: gl.constexpr,
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
-                   WAIT_LATE: gl.constexpr = False):
+                   WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
+                   TAIL_OUT: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
@@ -660,21 +688,21 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
         return live
 
 
@@ -747,6 +775,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             if half:
                 xdesc_h = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM // 2, 128 * cfg["CHUNKS"]],
                                            SX_H)
+        tails = {}
+        if cfg.get("TAIL"):  # tail_half's copy of the expert stack: expert e's groups from e * G
+            tw, ts = tail_half(p)
+            tails = dict(tw_ptr=tw, ts_ptr=ts, TWE=p.words.shape[-4] * 128, TSE=p.words.shape[-4] * 64)
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
@@ -754,7 +786,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
-                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets, **extra)
+                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets, **extra,
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -772,7 +805,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None):
+                MAXNREG2=None, TAIL=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -820,6 +853,12 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight: 80 is
     0.7-1.2 us faster on 20b at 32 tokens and 1.7-4 us on 120b at 16-64, tied on 20b at 16 and 64; 64 is 6-25 us
     slower (results/20261128T061704-h100-80gb-hbm3-moe-mma-maxnreg2-a, ...062013-...-moe-mma-maxnreg2-ba).
+    TAIL (WGMMA, RING_W without TMA, CHUNKS=1; compiled builds only, the interpreter reads the zero-padded chunk
+    as before): where a launch's K ends in half a chunk (gpt-oss: K = 2880, 22.5 chunks), the ring runs the whole
+    steps and the half chunk runs as a half step (half the decode and wgmmas of the padded step) from
+    prepare.tail_half's copy, against x_to_f16's half_tail order (mlp1) or act stored in that order (mlp2); the
+    padded step's work cost the 20b layer at 16-32 tokens about 3 us (H = I = 2880 timed like 2944,
+    results/20261128T071020-h100-80gb-hbm3-moe-parts).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -834,17 +873,20 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
                PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
+    tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
+    tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
     gather = TMA == 2 and WGMMA and not INTERPRETED and gluon is not None
     xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
-                      zero=y if atomic else None)
+                      zero=y if atomic else None, half_tail=tail1)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
-    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale, cfg, chain, gathered=gather)
+    need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale,
+                   {**cfg, "TAIL": tail1, "TAIL_OUT": tail2}, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
-            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG}, chain,
-            need)
+            {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG,
+             "TAIL": tail2}, chain, need)
     if atomic:
         return y
     slots = MoESlots(y, r.inverse, r.top_k)
@@ -947,6 +989,16 @@ def _rule_persist(cfg, problem):
     return None
 
 
+def _rule_tail(cfg, problem):
+    """moe_mma's TAIL is the cp.async ring's form (wgmma_reason checks its other needs): its half step's buffers
+    are filled by the ring's copies, not by TMA."""
+    if cfg.get("TAIL") and cfg.get("TMA"):
+        return "moe_mma's TAIL fills its half step from the cp.async ring's copies (not with TMA)"
+    if cfg.get("TAIL") and not cfg.get("WGMMA"):
+        return "TAIL applies only with WGMMA"
+    return None
+
+
 def _rule_half(cfg, problem):
     """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
     if not cfg.get("HALF"):
@@ -967,14 +1019,15 @@ register(Variant(
            "EPI_EARLY": (0, 1, 2),
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
-           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 80, 96, 128)},
+           "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
+           "TAIL": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "

@@ -139,24 +139,27 @@ def tile_mxfp4(p, deinterleave: bool = False) -> PreparedMXFP4:
 
 
 def tail_half(p) -> tuple[torch.Tensor, torch.Tensor]:
-    """The real half of the last chunk of tile_mxfp4's copy p (tiled, 2-D, K % 128 == 64), for gemv_mma's TAIL
-    (cached on p): words int32 [G, 1, 128] (each 16-row group's 8 words per row, as tiled) and scale bytes uint8
-    [1, G, 64] (each row's two block scales twice, s0 s0 s1 s1: byte t is lane t's).
+    """The real half of the last chunk of tile_mxfp4's copy p (tiled, K % 128 == 64), for gemv_mma's and
+    moe_mma's TAIL (cached on p): words int32 [G, 1, 128] (each 16-row group's 8 words per row, as tiled) and
+    scale bytes uint8 [1, G, 64] (each row's two block scales twice, s0 s0 s1 s1: byte t is lane t's), G counting
+    the groups of every leading dimension (an expert stack's expert e holds groups e * G_e ..).
 
     Why: with K = 2880 the last of 23 chunks is half padding, which the TMA ring read whole and decoded and
     multiplied as a whole step: the 2-8-token lm_head times K = 2880 like K = 2944 and 4.3 us slower than K = 2816
     (results/20261127T173156-h100-80gb-hbm3-linear-k-tail). TAIL runs the half chunk as a half step: lane t of a
     row decodes its words 2t and 2t + 1 (elements 16 t .. 16 t + 15, block t // 2), four wgmma k-steps instead of
     eight. p may be shuffle_nibbles' copy of the tiled weight (the words are taken as they are)."""
-    if not p.tiled or p.words.dim() != 4:
-        raise ValueError("tail_half reads a 2-D weight's tile_mxfp4 copy (words [G, KC, 16, 16])")
+    if not p.tiled:
+        raise ValueError("tail_half reads tile_mxfp4's copy (words [..., G, KC, 16, 16]): tile the weight first")
     if p.K % TILE_K != TILE_K // 2:
         raise ValueError(f"tail_half needs K % {TILE_K} == {TILE_K // 2} (a half last chunk), got K={p.K}")
     cached = getattr(p, "_tail_half", None)
     if cached is None:
-        G = p.words.shape[0]
-        words = p.words[:, -1, :, :TILE_K // 16].reshape(G, 1, 128).contiguous()
-        scales = p.scales[:, -1, :, :TILE_K // 64].repeat_interleave(2, dim=-1).reshape(1, G, 64).contiguous()
+        kc = p.words.shape[-3]
+        w, sc = p.words.reshape(-1, kc, 16, 16), p.scales.reshape(-1, kc, 16, 4)
+        G = w.shape[0]
+        words = w[:, -1, :, :TILE_K // 16].reshape(G, 1, 128).contiguous()
+        scales = sc[:, -1, :, :TILE_K // 64].repeat_interleave(2, dim=-1).reshape(1, G, 64).contiguous()
         cached = (words, scales)
         object.__setattr__(p, "_tail_half", cached)
     return cached

@@ -452,7 +452,8 @@ def test_x_to_f16_half_tail_is_a_64_k_steps_order(device):
 
 
 def test_gemv_mma_tail_rule_and_twin(device):
-    """TAIL runs the half last chunk in TMA=2's ring of one-chunk steps: refused without TMA=2 or with CHUNKS > 1.
+    """TAIL runs the half last chunk beside a ring of one-chunk steps, TMA=2's or the cp.async RING_W ring's:
+    refused with TMA=1, without either ring, or with CHUNKS > 1.
     Without a GPU it changes nothing (the interpreter's twin reads the zero-padded chunk in the 128-K order, so x
     must not be given in half_tail's order): the bits of the config without it, within the bound."""
     v = LINEAR["gemv_mma"]
@@ -462,6 +463,8 @@ def test_gemv_mma_tail_rule_and_twin(device):
     assert v.reason(cfg, prob) is None
     assert "TMA=2" in v.reason({**cfg, "TMA": True}, prob)
     assert "CHUNKS=1" in v.reason({**cfg, "CHUNKS": 2}, prob)
+    assert v.reason({**cfg, "TMA": False}, prob) is None  # the cp.async ring's form
+    assert "RING_W" in v.reason({**cfg, "TMA": False, "RING_W": False}, prob)
     if device != "cpu":
         return  # compiled, TAIL runs: test_gemv_mma_tail_matches_the_padded_chunk
     x, w, b, ref = make(3, 300, 192, seed=4, dev=device)
@@ -476,7 +479,8 @@ def test_gemv_mma_tail_matches_the_padded_chunk(m, n, k):
     """TAIL runs the half last chunk as a half step (tail_half's words, 4 wgmma k-steps against half_tail's x)
     where the config without it runs a whole padded step: the same products, summed in another order, so the
     outputs agree to a bf16 rounding (and both meet the reference bound). Under a CUDA graph too, with EARLY, with
-    2-4 slots (the tail's slot and mbarrier phase move) and with K of one half chunk (K = 64)."""
+    2-4 slots (the tail's slot and mbarrier phase move) and with K of one half chunk (K = 64); and in the cp.async
+    RING_W ring (no TMA, step-major or tiled copies), whose half step reads buffers filled with its first copies."""
     x, _, b, ref = make(m, n, k, seed=m + n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 2, dev="cuda")
     ref = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).cuda()
@@ -496,6 +500,12 @@ def test_gemv_mma_tail_matches_the_padded_chunk(m, n, k):
             diff = (yg.float() - y).abs()
             assert (diff <= ulp).all(), (cfg, stages, float(diff.max()))
             assert rel_err(yg, ref) < tol("gemv_mma"), (cfg, stages)
+        for stages, sm in ((2, False), (4, True)):  # the cp.async ring's TAIL
+            ring = {**cfg, "TMA": False, "STAGES": stages, "STEP_MAJOR": sm}
+            yr = K.mxfp4_linear(x, w, b, variant="gemv_mma", **ring, TAIL=True)
+            torch.cuda.synchronize()
+            diff = (yr.float() - K.mxfp4_linear(x, w, b, variant="gemv_mma", **ring).float()).abs()
+            assert (diff <= ulp).all(), (cfg, stages, "ring", float(diff.max()))
 
 
 def test_step_major_is_the_tiled_copy_chunks_outermost(device):

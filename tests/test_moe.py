@@ -847,6 +847,95 @@ def test_moe_mma_maxnreg2_caps_mlp2_only(device, monkeypatch):
     assert "equals MAXNREG" in v.reason({**base, "MAXNREG2": 128}, problem)
 
 
+def tail_layer(h: int, i: int, tokens: int, device, seed: int = 5):
+    """A small layer whose K ends in half a chunk where h or i % 128 == 64 (E=4, k=2, uniform routing):
+    ((w1, b1, w2, b2), x, routing, fp32 reference on the CPU)."""
+    e = 4
+    g = torch.Generator().manual_seed(seed)
+    w1 = K.quantize_mxfp4(torch.randn(e, 2 * i, h, generator=g) * 0.2)
+    w2 = K.quantize_mxfp4(torch.randn(e, h, i, generator=g) * 0.2)
+    b1, b2 = torch.randn(e, 2 * i, generator=g) * 0.1, torch.randn(e, h, generator=g) * 0.1
+    sample = rgen.generate("uniform", tokens, e, 2, seed=seed)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    ref = K.reference_moe(x.float(), (sample.ids, sample.weights), w1, b1, w2, b2)
+    r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), e)
+    return tuple(w.to(device) for w in (w1, b1, w2, b2)), x.to(device), r, ref
+
+
+#: moe_mma configs TAIL is checked with: the 20b 16-token leader's (persistent, ticket, SPLITK2 slices of which
+#: only the last holds the tail), a plain ring, and HALF's half-width build beside CHAIN
+TAIL_CONFIGS = [
+    {"BLOCK_M": 8, "ROWS": 2, "ROWS2": 1, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
+     "RING_W": True, "NIB": True, "CHAIN": True, "EPI_EARLY": 2, "STEP_MAJOR": True, "ATOMIC": True, "SPLITK2": 2,
+     "PERSIST1": 4, "MAXNREG": 128, "WAIT_LATE": 2, "TICKET1": True, "MAXNREG2": 80},
+    {"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
+     "RING_W": True},
+    {"BLOCK_M": 32, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 2, "TILED": True,
+     "RING_W": True, "NIB": True, "CHAIN": True, "HALF": True, "STEP_MAJOR": True},
+]
+
+
+def test_moe_mma_tail_rules_and_interpreter(device):
+    """moe_mma's TAIL is the cp.async ring's half step (WGMMA, RING_W, CHUNKS=1, no TMA). Without a GPU it changes
+    nothing: the interpreter's twin reads the zero-padded chunk in the 128-K order, so neither x nor act may be
+    given in half_tail's order there (the bits of the config without it, within the bound)."""
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 384, "k": 192}
+    base = {**v.defaults, **TAIL_CONFIGS[1], "TAIL": True}
+    assert v.reason(base, problem) is None
+    assert "not with TMA" in v.reason({**base, "TMA": 2}, problem)
+    assert "CHUNKS=1" in v.reason({**base, "CHUNKS": 2}, problem)
+    assert "RING_W" in v.reason({**base, "RING_W": False}, problem)
+    assert "only with WGMMA" in v.reason({**base, "WGMMA": False, "STAGES": 0, "RING_W": False}, problem)
+    if device != "cpu":
+        return  # compiled, TAIL runs: test_moe_mma_tail_matches_the_padded_chunk
+    dw, x, r, ref = tail_layer(192, 192, 9, device)
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **TAIL_CONFIGS[1], TAIL=True)
+    assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **TAIL_CONFIGS[1]))
+    assert rel_err(y, ref) < TOL
+
+
+def test_tail_half_of_an_expert_stack_is_each_experts(device):
+    """tail_half over an expert stack [E, N, K]: expert e's groups follow expert e - 1's, each as tail_half of that
+    expert's own 2-D weight (moe_mma's TAIL steps e * G groups into it)."""
+    from kernels.prepare import tail_half
+
+    w = K.quantize_mxfp4(torch.randn(3, 40, 192, generator=torch.Generator().manual_seed(4))).to(device)
+    tw, ts = tail_half(K.tile_mxfp4(w))
+    G = -(-40 // 16)
+    assert tw.shape == (3 * G, 1, 128) and ts.shape == (1, 3 * G, 64)
+    for e in range(3):
+        one = K.MXFP4Tensor(w.blocks[e], w.scales[e], w.layout, w.shape[1:])
+        ew, es = tail_half(K.tile_mxfp4(one))
+        assert torch.equal(tw[e * G:(e + 1) * G], ew) and torch.equal(ts[:, e * G:(e + 1) * G], es)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("h,i", [(320, 192), (320, 256), (256, 192), (2880, 2880)])
+@pytest.mark.parametrize("cfg", range(len(TAIL_CONFIGS)))
+def test_moe_mma_tail_matches_the_padded_chunk(h, i, cfg):
+    """TAIL runs each launch's half last chunk (mlp1's where H % 128 == 64, mlp2's where I % 128 == 64) as a half
+    step where the config without it runs a whole padded step: the same products summed in another order (act
+    rounded to fp16 in between), so the layers agree within 1% and both meet the reference bound. Under a CUDA
+    graph replayed with fresh routing and x, so the tail's copies follow the replay's tiles."""
+    dev = torch.device("cuda")
+    dw, x, r, ref = tail_layer(h, i, 37, dev, seed=h + i)
+    cfg = TAIL_CONFIGS[cfg]
+    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
+    assert rel_err(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, TAIL=True), ref) < TOL
+    logits = torch.randn(37, 4, device=dev)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg, TAIL=True)
+    g = torch.Generator(device=dev).manual_seed(h)
+    for rep in range(4):
+        logits.copy_(torch.randn(37, 4, generator=g, device=dev))
+        x.copy_(torch.randn(37, h, generator=g, device=dev).to(torch.bfloat16))
+        graph.replay()
+        y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg)
+        torch.cuda.synchronize()
+        assert rel_err(yt, y.float().cpu()) < 1e-2, rep
+
+
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
