@@ -858,7 +858,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     steps and the half chunk runs as a half step (half the decode and wgmmas of the padded step) from
     prepare.tail_half's copy, against x_to_f16's half_tail order (mlp1) or act stored in that order (mlp2); the
     padded step's work cost the 20b layer at 16-32 tokens about 3 us (H = I = 2880 timed like 2944,
-    results/20261128T071020-h100-80gb-hbm3-moe-parts).
+    results/20261128T070627-h100-80gb-hbm3-moe-parts).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
