@@ -240,8 +240,8 @@ def _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_pt
         acc_b = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
         STEP: tl.constexpr = CHUNKS * 16  # weight words per row and step
         c_end = tl.cdiv(KW, STEP)
-        if SPLITK > 1:
-            c_end = tl.minimum(c_end, (ks + KS) // (STEP * 8))
+        if SPLITK > 1:  # the last slice takes the rest (with TAIL's slices of K's whole steps, the half chunk)
+            c_end = tl.where(pid_n % SPLITK == SPLITK - 1, c_end, tl.minimum(c_end, (ks + KS) // (STEP * 8)))
         for c in range(ks // (STEP * 8), c_end):
             wm = c * STEP + word < KW
             sm = c * (STEP // 4) + block < KB
@@ -546,7 +546,7 @@ if gluon is not None:
             w_e += ks // 128 * (GT * 256 if SM else 256)
             s_e += ks // 128 * (GT * 64 if SM else 64)
             xofs += ks
-            kl = gl.maximum(gl.minimum(K - ks, KS), 0)
+            kl = gl.maximum(gl.where(pid_n % SPLITK == SPLITK - 1, K - ks, gl.minimum(K - ks, KS)), 0)
         tw_e = None
         ts_e = None
         xtofs = None
@@ -719,7 +719,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     step = 128 * cfg["CHUNKS"]
     steps = -(-K // step)
     split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 and cfg.get("ATOMIC") else 1
-    splits = dict(SPLITK=split, KS=-(-steps // split) * step if split > 1 else 0)  # whole steps a slice
+    # whole steps a slice, the last taking the rest; with TAIL the slices share K's whole steps and the last adds
+    # the half chunk (2880: 11 + 11.5 steps, not 12 + 10.5)
+    whole = K // step if cfg.get("TAIL") else steps
+    splits = dict(SPLITK=split, KS=-(-whole // split) * step if split > 1 else 0)
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     nt = grid[1]  # a token tile's programs
@@ -856,7 +859,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     TAIL (WGMMA, RING_W without TMA, CHUNKS=1; compiled builds only, the interpreter reads the zero-padded chunk
     as before): where a launch's K ends in half a chunk (gpt-oss: K = 2880, 22.5 chunks), the ring runs the whole
     steps and the half chunk runs as a half step (half the decode and wgmmas of the padded step) from
-    prepare.tail_half's copy, against x_to_f16's half_tail order (mlp1) or act stored in that order (mlp2); the
+    prepare.tail_half's copy, against x_to_f16's half_tail order (mlp1) or act stored in that order (mlp2);
+    SPLITK2's slices then share K's whole steps and the last adds the half chunk (2880: 11 + 11.5 steps); the
     padded step's work cost the 20b layer at 16-32 tokens about 3 us (H = I = 2880 timed like 2944,
     results/20261128T070627-h100-80gb-hbm3-moe-parts). Measured (five rounds, results/20261128T072424-h100-80gb-
     hbm3-moe-mma-tail-a to ...073228-...-moe-mma-tail2-b): with MAXNREG2=80 and without TICKET1, 0-1.2 us faster
