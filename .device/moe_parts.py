@@ -10,16 +10,13 @@ call as: python3 .device/moe_parts.py [OUT_DIR]   (writes moe_parts.csv and meta
 
 import contextlib
 
+from launch_parts import cached_x_to_f16
 from probe_points import checked_moe_calls, timed_arms
 
-import kernels.linear_f16 as linear_f16
-import kernels.moe as moe
-import kernels.moe_mma as moe_mma
 from labkit import bench_moe
 from labkit.bench_moe import MoEBench
 from labkit.runs import probe_run
 
-_MODULES = (linear_f16, moe, moe_mma)
 LEAD16 = dict(ATOMIC=True, BLOCK_M=8, CHAIN=True, CHUNKS=1, EPI_EARLY=2, MAXNREG=128, NIB=True, PERSIST1=4,
               RING_W=True, ROWS=2, ROWS2=1, SPLITK2=2, STAGES=4, STEP_MAJOR=True, TILED=True, WAIT_LATE=2,
               WGMMA=True, num_warps=4)
@@ -28,31 +25,6 @@ H2G = dict(BLOCK_K=1024, BLOCK_M=1, BLOCK_N=4, BLOCK_N2=4, EARLY=2, NIB=True, PR
            num_warps=1)
 LEADERS = {1: ("moe_h2g", H2G), 2: ("moe_h2g", dict(H2G, MAXNREG=64)), 16: ("moe_mma", LEAD16),
            32: ("moe_mma", LEAD32)}
-
-
-@contextlib.contextmanager
-def cached_x_to_f16():
-    """x_to_f16 returns the result it made for the same x and arguments before; `zero` is not zeroed."""
-    real = linear_f16.x_to_f16
-    memo = {}
-
-    def cached(x, *args, **kw):
-        kw.pop("zero", None)
-        rows = kw.get("rows")
-        key = (x.data_ptr(), tuple(x.shape), args, tuple(sorted((k, v) for k, v in kw.items() if k != "rows")),
-               None if rows is None else rows.data_ptr())
-        if key not in memo:
-            memo[key] = real(x, *args, **kw)
-        return memo[key]
-
-    saved = [m.x_to_f16 for m in _MODULES]
-    for m in _MODULES:
-        m.x_to_f16 = cached
-    try:
-        yield
-    finally:
-        for m, f in zip(_MODULES, saved):
-            m.x_to_f16 = f
 
 
 @contextlib.contextmanager

@@ -863,11 +863,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     SPLITK2's slices then share K's whole steps and the last adds the half chunk (2880: 11 + 11.5 steps); the
     padded step's work cost the 20b layer at 16-32 tokens about 3 us (H = I = 2880 timed like 2944,
     results/20261128T070627-h100-80gb-hbm3-moe-parts). Measured (five rounds, results/20261128T072424-h100-80gb-
-    hbm3-moe-mma-tail-a to ...073228-...-moe-mma-tail2-b): with MAXNREG2=80 and without TICKET1, 0-1.2 us faster
-    on 20b at 16 tokens and 0.6-1.8 at 32 (133.6-134.1 and 146.6-147.2 us), 3.5-5.7 us on 120b at 32-64 with
-    8-token tiles; 120b 128 with 32-token tiles 8 us; on 20b with TICKET1 or MAXNREG2=72 slower, and 10-20 us
-    slower on 20b at 128-256 with 16-token tiles. It recovers a third of the padded step's cost at most: the half
-    step keeps its wait and wgmma latency.
+    hbm3-moe-mma-tail-a to ...074358-...-moe-mma-tail-split-ab-new2): with MAXNREG2=80 and without TICKET1, the
+    median of 13 rounds 0.8 us faster on 20b at 16 tokens and 0.4 at 32 (133.0-134.1 and 146.6-148.0 us), 2-6 us
+    on 120b at 32-64 with 8-token tiles; 120b 128 with 32-token tiles 8 us; on 20b with TICKET1 or MAXNREG2=72
+    slower, and 10-20 us slower on 20b at 128-256 with 16-token tiles. It recovers a third of the padded step's
+    cost at most: the half step keeps its wait and wgmma latency.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
