@@ -915,6 +915,12 @@ def tail_layouts(ROWS: int, num_warps: int):
     return word_layout(ROWS, 1, num_warps, 2), gl.SharedLinearLayout(dense)
 
 
+@functools.cache
+def tail_layouts_host(ROWS: int, num_warps: int):
+    """tail_layouts for a launcher, cached: building the layouts costs ~0.1 ms of host time a call."""
+    return tail_layouts(ROWS, num_warps)
+
+
 @triton.constexpr_function
 def ring_tail_layouts(BLOCK_N: int, BLOCK_M: int, num_warps: int):
     """(word registers, word buffer, scale copy, x copy, x buffer) layouts of the cp.async ring's TAIL: the words
@@ -988,7 +994,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
         wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS, bool(STEP_MAJOR)) if TMA else (None, None)
         tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
-        LWH, SWH = tail_layouts(ROWS, num_warps) if tail else (None, None)
+        LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
             if TMA == 2 else None
