@@ -42,7 +42,7 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
-from .sync import wait_count
+from .sync import wait_count_cta
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -190,7 +190,7 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
-    _g_wait_count = gluon.jit(wait_count.fn)
+    _g_wait_count_cta = gluon.jit(wait_count_cta.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -391,7 +391,7 @@ if gluon is not None:
         and two programs per SM already overlap one's decode with the other's wgmma.
         EARLY: the program's PDL wait comes after its first STAGES - 1 steps' weight copies, before any x copy
         (those weight copies join step 0's group); xwait (counter, need): then a wait for x on a device counter
-        as well (moe_mma's XIN, whose own programs make x).
+        as well where need > 0 (moe_mma's XIN, whose own programs make x; a program's first item only).
         TAIL (one chunk per step; tail: _g_ring_tail_buffers' buffers and offsets): the ring runs K's whole steps
         only, and a half chunk left at the end (K % 128 == 64) runs as a half step from buffers of its own, filled
         in the group of the ring's first copies (_g_ring_tail_issue, _g_ring_tail_step)."""
@@ -410,7 +410,8 @@ if gluon is not None:
                               STEP, STAGES, xok, SM, GT, PART=1)
             _g_pdl_enter()
             if xwait is not None:
-                _g_wait_count(xwait[0], xwait[1])
+                if xwait[1] > 0:
+                    _g_wait_count_cta(xwait[0], xwait[1])
             if TAIL:
                 _g_ring_tail_issue(tail, x_ptr, tail_live, PART=2)
             for q in gl.static_range(STAGES - 1):
