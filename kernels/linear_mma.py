@@ -42,7 +42,6 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
-from .sync import wait_count_cta
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -190,7 +189,6 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
-    _g_wait_count_cta = gluon.jit(wait_count_cta.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -378,7 +376,7 @@ if gluon is not None:
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
                         NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0, EARLY: gl.constexpr = False,
-                        TAIL: gl.constexpr = False, tail=None, LWH: gl.constexpr = None, xwait=None):
+                        TAIL: gl.constexpr = False, tail=None, LWH: gl.constexpr = None):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -390,8 +388,7 @@ if gluon is not None:
         hbm3-moe-slices, ...091124-...-linear-slices). ptxas issued the first slice early and the rest together,
         and two programs per SM already overlap one's decode with the other's wgmma.
         EARLY: the program's PDL wait comes after its first STAGES - 1 steps' weight copies, before any x copy
-        (those weight copies join step 0's group); xwait (counter, need): then a wait for x on a device counter
-        as well where need > 0 (moe_mma's XIN, whose own programs make x; a program's first item only).
+        (those weight copies join step 0's group).
         TAIL (one chunk per step; tail: _g_ring_tail_buffers' buffers and offsets): the ring runs K's whole steps
         only, and a half chunk left at the end (K % 128 == 64) runs as a half step from buffers of its own, filled
         in the group of the ring's first copies (_g_ring_tail_issue, _g_ring_tail_step)."""
@@ -409,9 +406,6 @@ if gluon is not None:
                 _g_ring_issue(xsm, wsm, ssm, x_ptr, xofs, w_ptr, wofs, group, s_ptr, scofs, q, steps, KW, KB,
                               STEP, STAGES, xok, SM, GT, PART=1)
             _g_pdl_enter()
-            if xwait is not None:
-                if xwait[1] > 0:
-                    _g_wait_count_cta(xwait[0], xwait[1])
             if TAIL:
                 _g_ring_tail_issue(tail, x_ptr, tail_live, PART=2)
             for q in gl.static_range(STAGES - 1):
@@ -693,7 +687,7 @@ if gluon is not None:
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
-                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None, xwait=None):
+                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -701,8 +695,7 @@ if gluon is not None:
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
         row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
         weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
-        tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). xwait
-        (RING_W with EARLY): _g_wg_ring_loop's wait for x on a device counter."""
+        tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs)."""
         if KL is None:
             KL = K
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
@@ -723,7 +716,7 @@ if gluon is not None:
                     tail = _g_ring_tail_buffers(rows, tw_e, ts_e, xtofs, BLOCK_M)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KL // 8,
                                       KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT, EARLY, TAIL, tail,
-                                      LWT, xwait)
+                                      LWT)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
                                  SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)

@@ -34,7 +34,7 @@ import torch
 
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
-from .linear_f16 import f16_row_scale, logical_elem, logical_pos, logical_pos_half, sm_count, x_to_f16
+from .linear_f16 import logical_pos, logical_pos_half, sm_count, x_to_f16
 from .linear_mma import (
     SHARED_BYTES,
     _tile_offsets,
@@ -47,7 +47,7 @@ from .linear_mma import (
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
 from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
-from .sync import consume, proxy_fence_global, scratch, signal_count, take_item, wait_count, wait_count_cta
+from .sync import consume, proxy_fence_global, scratch, signal_count, take_item, wait_count
 from .trace import trace_args, trace_end, trace_mark
 from .variants import Variant, register, rule_pow2, rule_scale_span
 
@@ -287,46 +287,12 @@ if gluon is not None:
     _g_epi_token = gluon.jit(_epi_token.fn)
     _g_epi_bias = gluon.jit(_epi_bias.fn)
     _g_chain_done = gluon.jit(_chain_done.fn)
+    _g_wait_count = gluon.jit(wait_count.fn)
     _g_take_item = gluon.jit(take_item.fn)
     _g_proxy_fence = gluon.jit(proxy_fence_global.fn)
     _g_pdl_release = gluon.jit(pdl_release.fn)
     _g_trace_mark = gluon.jit(trace_mark.fn)
     _g_trace_end = gluon.jit(trace_end.fn)
-    _g_wait_count = gluon.jit(wait_count.fn)
-    _g_wait_count_cta = gluon.jit(wait_count_cta.fn)
-    _g_f16_row_scale = gluon.jit(f16_row_scale.fn)
-    _g_logical_elem = gluon.jit(logical_elem.fn)
-    _g_signal_count = gluon.jit(signal_count.fn)
-    _g_consume = gluon.jit(consume.fn)
-
-    @gluon.jit
-    def _g_x16_rows(xb_ptr, stride_xm, o_ptr, xs_ptr, z_ptr, ctr_ptr, T, K, KP, HALF: gl.constexpr,
-                    ZERO: gl.constexpr, BLOCK_F: gl.constexpr):
-        """XIN: x_to_f16(logical=True, half_tail=HALF, zero=z) of rows program_id, + num_programs, ... of x (bf16
-        [T, K]) into o (fp16 [T, KP]) and xs, each row then counted on ctr_ptr (signal_count). One load round:
-        every output position gathers its element, so the row's max comes from the registers then stored."""
-        L: gl.constexpr = gl.BlockedLayout([BLOCK_F // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
-        LT: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-        pos = gl.arange(0, BLOCK_F, layout=L)
-        src = pos - pos % 128 + _g_logical_elem(pos % 128)
-        q = gl.arange(0, 128, layout=LT)
-        m = gl.program_id(0)
-        while m < T:
-            row = xb_ptr + m.to(gl.int64) * stride_xm
-            v = gl.load(row + src, mask=(src < K) & (pos < KP), other=0.0).to(gl.float32)
-            up, down = _g_f16_row_scale(gl.max(gl.abs(v), axis=0))
-            orow = o_ptr + m.to(gl.int64) * KP
-            if HALF:  # the half chunk in a 64-K step's order, then zeros (x16_row's _x16_half_tail)
-                gl.store(orow + pos, (v * up).to(gl.float16), mask=pos < K - 64)
-                t = gl.load(row + K - 64 + _g_logical_elem(q, 16), mask=q < 64, other=0.0).to(gl.float32)
-                gl.store(orow + K - 64 + q, (t * up).to(gl.float16))
-            else:
-                gl.store(orow + pos, (v * up).to(gl.float16), mask=pos < KP)
-            gl.store(xs_ptr + m, down)
-            if ZERO:
-                gl.store(z_ptr + m.to(gl.int64) * K + pos, gl.zeros([BLOCK_F], gl.bfloat16, L), mask=pos < K)
-            _g_signal_count(ctr_ptr)
-            m += gl.num_programs(0)
 
     @gluon.jit
     def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -521,7 +487,7 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xwait=None, POLL1: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
@@ -531,8 +497,7 @@ if gluon is not None:
         K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY). TAIL: the K tail's
         half chunk as a half step (tails: tail_half's words and scale bytes of the expert stack, and their strides
         per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
-        mlp2 that runs TAIL (_epilogue). xwait (XIN, with WAIT_LATE=2): the ring's wait for x's rows on a counter.
-        POLL1 (mlp2, CHAIN): the program's first warp alone polls its tile's counter (kernels.sync.wait_count_cta)."""
+        mlp2 that runs TAIL (_epilogue)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -548,10 +513,7 @@ if gluon is not None:
                 je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
                 bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
         if CHAIN and PHASE == 2:
-            if POLL1:
-                _g_wait_count_cta(chain_ptr + tile, NEED)
-            else:
-                _g_wait_count(chain_ptr + tile, NEED)
+            _g_wait_count(chain_ptr + tile, NEED)
             if TMA == 2:  # act by TMA boxes after a generic-proxy acquire
                 _g_proxy_fence()
             if TRACE:
@@ -598,7 +560,7 @@ if gluon is not None:
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
-                            xtofs=xtofs, xwait=xwait)
+                            xtofs=xtofs)
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
@@ -642,9 +604,7 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, xb_ptr=None, XSTRIDE=0,
-                       z_ptr=None, xin_ptr=None, XT=0, XIN: gl.constexpr = False, XZERO: gl.constexpr = False,
-                       XBF: gl.constexpr = 0, POLL1: gl.constexpr = False):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -666,14 +626,7 @@ if gluon is not None:
         grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
         a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid;
         TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more).
-        TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
-        XIN (mlp1, PERSIST, WAIT_LATE=2): the programs make x_to_f16's XT rows of x (xb_ptr, bf16; XZERO: and zero
-        the layer output z_ptr's rows) before their items, counting each on xin_ptr[0], and each program's first
-        item's ring waits for that count (its first warp polling) where it waited for x_to_f16 (a poll per item
-        stalled every later item's x copies for an L2 round trip); every program then counts itself on xin_ptr[1], the
-        last zeroing both (kernels.sync.consume). The launch is the op's first (no PDL), so its routing reads need
-        no wait, and x_to_f16's launch is gone. Row m is made by program m % grid: a program never waits before
-        its rows are made, and lower programs start first. POLL1: _g_wg_tile's."""
+        TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert)."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -684,30 +637,21 @@ if gluon is not None:
         if TRACE:
             _g_trace_mark(trace_ptr, 1)
         if PERSIST:  # every num_programs-th program's work of the routing's tiles, N tiles fastest
-            xneed = gl.program_id(0) * 0 + XT  # XIN: the rows a program's first item waits for (later: 0)
-            if XIN:
-                _g_x16_rows(xb_ptr, XSTRIDE, x_ptr, xs_ptr, z_ptr, xin_ptr, XT, K, KP, TAIL, XZERO, XBF)
             total = _g_tile_count(offs_ptr, E, EP, BLOCK_M) * NT
             w = gl.program_id(0)
             while w < total:
-                xwait = None
-                if XIN:
-                    xwait = (xin_ptr, xneed)
                 _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
                            LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE,
-                           tails, TAIL, TAIL_OUT, xwait, POLL1)
-                xneed = xneed * 0
+                           tails, TAIL, TAIL_OUT)
                 if TICKET:
                     w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
                 else:
                     w += gl.num_programs(0)
             if WAIT_LATE and total <= gl.program_id(0):  # no work: the PDL release all the same
                 _g_pdl_enter()
-            if XIN:  # every wait of this program is behind it
-                _g_consume(xin_ptr + 1, xin_ptr, gl.num_programs(0))
             live = total > gl.program_id(0)
         else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
             live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
@@ -716,7 +660,7 @@ if gluon is not None:
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
                               gl.program_id(1), gl.program_id(0), gl.num_programs(0), tails=tails, TAIL=TAIL,
-                              TAIL_OUT=TAIL_OUT, POLL1=POLL1)
+                              TAIL_OUT=TAIL_OUT)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -732,7 +676,7 @@ if gluon is not None:
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xwait=None, POLL1: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
@@ -744,30 +688,29 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xwait=xwait, POLL1=POLL1)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xwait=xwait, POLL1=POLL1)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xwait=xwait, POLL1=POLL1)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
         return live
 
 
 def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cfg, chain=None, need=0,
-            gathered=False, xin=None) -> int:
+            gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
     its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
-    expert-sorted position (TMA=2, read as boxes only), not per token. xin: XIN's kernel arguments (mlp1 makes
-    x16 and xs itself and is the op's first launch: no PDL)."""
+    expert-sorted position (TMA=2, read as boxes only), not per token."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -811,7 +754,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             EPI = gl.BlockedLayout([1, 1, 2], [4, 8, 1], [nw, 1, 1], [2, 1, 0])
         else:  # 8 consecutive rows of one token per thread
             EPI = gl.BlockedLayout([8, 1], [min(32, BN // 8), max(1, 256 // BN)], [1, nw], [0, 1])
-        extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=not xin), **(xin or {})}
+        extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
         SW, SS, LSC = wg_ring_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], nw)
         tma = int(cfg.get("TMA") or 0)
         sm = bool(cfg.get("STEP_MAJOR"))
@@ -847,8 +790,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets, **extra,
-                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails,
-                             POLL1=bool(cfg.get("POLL1")) and phase == 2)
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -866,7 +808,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False, XIN=False, POLL1=False):
+                MAXNREG2=None, TAIL=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -926,15 +868,6 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     on 120b at 32-64 with 8-token tiles; 120b 128 with 32-token tiles 8 us; on 20b with TICKET1 or MAXNREG2=72
     slower, and 10-20 us slower on 20b at 128-256 with 16-token tiles. It recovers a third of the padded step's
     cost at most: the half step keeps its wait and wgmma latency.
-    XIN (WGMMA, RING_W without TMA, PERSIST1, WAIT_LATE=2; compiled builds only, the interpreter launches
-    x_to_f16 as before): no x_to_f16 launch; mlp1's programs make its rows themselves (and zero ATOMIC's output)
-    before their items, and each program's ring waits for them on a device counter where it waited for
-    x_to_f16's launch. mlp1 is then the op's first launch, without PDL, so the routing it reads early is
-    complete by then. Timed against the leaders with x_to_f16 made once before capture and mlp1 so launched,
-    the launch cost 1.2-2.2 us of the 20b layer at 8-64 tokens (results/20261128T084318-h100-80gb-hbm3-x-fuse-
-    bound).
-    POLL1 (WGMMA, CHAIN): mlp2's programs poll their tile's counter in one warp, then meet at a barrier, instead
-    of in every thread (the 90 programs of a 20b token tile's mlp2 poll one counter).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -948,26 +881,18 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, POLL1=POLL1)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
     # TMA=2 (compiled): mlp1's x rows in expert-sorted order, so that a tile's rows are one box (the TMA cannot
     # gather), made by the conversion's one launch; mlp1 then reads nothing else of x
     gather = TMA == 2 and WGMMA and not INTERPRETED and gluon is not None
-    xin = None
-    if XIN and WGMMA and RING_W and not TMA and PERSIST1 and WAIT_LATE == 2 and not INTERPRETED and gluon is not None:
-        kp = -(-H // step) * step  # x_to_f16(logical=True, pad=step)'s row width
-        xq = torch.empty((T, kp), device=x.device, dtype=torch.float16)
-        xs = torch.empty((T,), device=x.device, dtype=torch.float32)
-        xin = dict(xb_ptr=x, XSTRIDE=x.stride(0), z_ptr=y if atomic else None, XT=T, XIN=True, XZERO=atomic,
-                   xin_ptr=scratch(x.device, ("moe_mma_xin",), 2), XBF=triton.next_power_of_2(kp))
-    else:
-        xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
-                          zero=y if atomic else None, half_tail=tail1)
+    xq, xs = x_to_f16(x, pad=step, logical=WGMMA, rows=r.sorted if gather else None, top_k=r.top_k,
+                      zero=y if atomic else None, half_tail=tail1)
     chain = scratch(x.device, ("moe_mma_chain",), 2 * tile_slots(r, BLOCK_M)) if CHAIN else None
     need = _launch(1, xq, xs, r, p1, b1, act, act.shape[1], alpha, limit, scale,
-                   {**cfg, "TAIL": tail1, "TAIL_OUT": tail2}, chain, gathered=gather, xin=xin)
+                   {**cfg, "TAIL": tail1, "TAIL_OUT": tail2}, chain, gathered=gather)
     _launch(2, act, xs, r, p2, b2, y, H, alpha, limit, scale,
             {**cfg, "ROWS": ROWS2 or ROWS, "STAGES": STAGES2 or STAGES, "MAXNREG": MAXNREG2 or MAXNREG,
              "TAIL": tail2}, chain, need)
@@ -1083,18 +1008,6 @@ def _rule_tail(cfg, problem):
     return None
 
 
-def _rule_waits(cfg, problem):
-    """XIN makes x inside mlp1's persistent programs, ahead of the wait WAIT_LATE=2 puts in the cp.async ring;
-    POLL1 changes how the WGMMA kernel's mlp2 waits for CHAIN's counters."""
-    if cfg.get("XIN") and not (cfg.get("WGMMA") and cfg.get("RING_W") and not cfg.get("TMA")):
-        return "XIN waits for x in the cp.async ring (WGMMA, RING_W, no TMA)"
-    if cfg.get("XIN") and not (cfg.get("PERSIST1") and cfg.get("WAIT_LATE") == 2):
-        return "XIN needs PERSIST1 and WAIT_LATE=2 (its x wait is where WAIT_LATE=2 puts the PDL wait)"
-    if cfg.get("POLL1") and not (cfg.get("WGMMA") and cfg.get("CHAIN")):
-        return "POLL1 polls CHAIN's counters in the WGMMA kernel's mlp2 (needs WGMMA and CHAIN)"
-    return None
-
-
 def _rule_half(cfg, problem):
     """HALF builds the program a second time at BLOCK_M / 2 (WGMMA only): wgmma's N is at least 8."""
     if not cfg.get("HALF"):
@@ -1116,15 +1029,14 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True), "XIN": (False, True), "POLL1": (False, True)},
+           "TAIL": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "XIN": False,
-              "POLL1": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, _rule_tail, _rule_waits, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "

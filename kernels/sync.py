@@ -87,32 +87,6 @@ def wait_count(ctr_ptr, need):
 
 
 @triton.jit
-def wait_count_cta(ctr_ptr, need):
-    """wait_count polled by the program's first warp only, then a barrier, so its other threads' loads after it
-    see what the first warp's acquire saw (CUTLASS's semaphore wait polls in one thread the same way): every
-    program of a launch waiting on one counter (moe_mma's XIN) asks its L2 slice a quarter as often."""
-    n = _load_acquire_warp0(ctr_ptr)
-    spins = 0
-    while (n < need) & (spins < SPIN):
-        n = _load_acquire_warp0(ctr_ptr)
-        spins += 1
-    tl.debug_barrier()
-
-
-@triton.jit
-def _load_acquire_warp0(ptr):
-    """load_acquire in the program's first warp; the other threads get the largest int64 (no load): whole warps
-    take one path, so the barrier after wait_count_cta's loop meets converged warps."""
-    if INTERP:
-        return tl.load(ptr, volatile=True)
-    else:
-        return tl.inline_asm_elementwise(
-            "{\n\t.reg .pred p;\n\t.reg .u32 t;\n\tmov.u32 t, %tid.x;\n\tsetp.lt.u32 p, t, 32;\n\t"
-            "mov.b64 $0, 0x7fffffffffffffff;\n\t@p ld.acquire.gpu.global.b64 $0, [$1];\n\t}",
-            "=l,l", [ptr], dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
 def proxy_fence_global():
     """fence.proxy.async.global in every thread: orders the thread's generic-proxy accesses of global memory so far
     (its stores; a counter's acquire) with its later async-proxy ones (TMA copies), which acquire/release alone

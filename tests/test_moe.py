@@ -936,64 +936,6 @@ def test_moe_mma_tail_matches_the_padded_chunk(h, i, cfg):
         assert rel_err(yt, y.float().cpu()) < 1e-2, rep
 
 
-#: XIN's and POLL1's configs: the 20b decode leader's (ATOMIC: atomics add a token's rows in a varying order) and
-#: the same persistent mlp1 beside the combine launch (no atomics: the layer's bits are fixed)
-XIN_CONFIGS = [{**TAIL_CONFIGS[0], "TAIL": True}, {**TAIL_CONFIGS[0], "TAIL": True, "ATOMIC": False, "SPLITK2": 1,
-                                                  "TICKET1": False}]
-
-
-def test_moe_mma_xin_and_poll1_rules_and_interpreter(device):
-    """moe_mma's XIN (mlp1's persistent programs make x themselves) needs the cp.async ring's WAIT_LATE=2 wait,
-    POLL1 (mlp2's CHAIN wait in one warp) CHAIN; without a GPU the interpreter launches x_to_f16 as before and
-    waits in every thread, so the layer's bits are the config's without them."""
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 384, "k": 192}
-    base = {**v.defaults, **XIN_CONFIGS[1], "XIN": True, "POLL1": True}
-    assert v.reason(base, problem) is None
-    assert "cp.async ring" in v.reason({**base, "TMA": 2}, problem)
-    assert "PERSIST1 and WAIT_LATE=2" in v.reason({**base, "WAIT_LATE": 1}, problem)
-    assert "PERSIST1 and WAIT_LATE=2" in v.reason({**base, "PERSIST1": 0, "WAIT_LATE": False}, problem)
-    assert "needs WGMMA and CHAIN" in v.reason({**base, "XIN": False, "CHAIN": False}, problem)
-    if device != "cpu":
-        return  # compiled, both run: test_moe_mma_xin_and_poll1_keep_the_layer
-    dw, x, r, ref = tail_layer(192, 192, 9, device)
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **XIN_CONFIGS[1], XIN=True, POLL1=True)
-    assert torch.equal(y, K.moe_mxfp4(x, r, *dw, variant="moe_mma", **XIN_CONFIGS[1]))
-    assert rel_err(y, ref) < TOL
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("h,i,tokens", [(320, 192, 37), (256, 64, 37), (2880, 2880, 16)])
-@pytest.mark.parametrize("cfg", range(len(XIN_CONFIGS)))
-@pytest.mark.parametrize("opts", [{"XIN": True}, {"POLL1": True}, {"XIN": True, "POLL1": True}])
-def test_moe_mma_xin_and_poll1_keep_the_layer(h, i, tokens, cfg, opts):
-    """XIN's rows of x (made by mlp1's programs, each program's first item waiting on their counter) and POLL1's
-    one-warp CHAIN waits give the layer of x_to_f16's launch and every-thread waits: bit for bit without atomics,
-    within 1% with them (their order varies), both within the reference bound; with H % 128 == 64 in the
-    half_tail order TAIL reads (320, 2880), with H % 128 == 0 in the 128-K order and with more rows than
-    programs (256, 64: a program makes several). Under a CUDA graph replayed with fresh routing and x, so the
-    counters are back at zero for every call (a stale count would let the ring copy x before it is made)."""
-    dev = torch.device("cuda")
-    dw, x, r, ref = tail_layer(h, i, tokens, dev, seed=h + i)
-    cfg = XIN_CONFIGS[cfg]
-    exact = not cfg["ATOMIC"]
-    y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
-    yx = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **opts)
-    assert rel_err(yx, ref) < TOL
-    assert torch.equal(yx, y) if exact else rel_err(yx, y.float().cpu()) < 1e-2
-    logits = torch.randn(tokens, 4, device=dev)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg, **opts)
-    g = torch.Generator(device=dev).manual_seed(h)
-    for rep in range(4):
-        logits.copy_(torch.randn(tokens, 4, generator=g, device=dev))
-        x.copy_(torch.randn(tokens, h, generator=g, device=dev).to(torch.bfloat16))
-        graph.replay()
-        y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **cfg)
-        torch.cuda.synchronize()
-        assert torch.equal(yt, y) if exact else rel_err(yt, y.float().cpu()) < 1e-2, rep
-
-
 def test_x_to_f16_zeroes_the_rows_it_is_given(device):
     """x_to_f16(zero=z) clears z [M, K] in its own launch, in each of its program shapes (one program a row, a
     row over several programs, rows gathered per sorted slot), and leaves its outputs as they were; a z of the
