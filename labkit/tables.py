@@ -47,8 +47,13 @@ def runnable(variant: str, config: str) -> bool:
     from kernels import VARIANTS
 
     v = VARIANTS.get(variant)
-    on = {k for k, val in json.loads(config).items() if val is not None and val is not False and val != 0}
+    on = {k for k, val in json.loads(config).items() if not _off(val)}
     return v is not None and not on - set(v.space) - set(v.defaults)
+
+
+def _off(value) -> bool:
+    """A stored option value that runs what its absence runs: None, False or 0."""
+    return value is None or value is False or value == 0
 
 
 TABLE_NAMES = {(op, layout): f"{op.upper()}_TABLES" + ("_TILED" if layout.startswith("tiled") else "")
@@ -186,11 +191,16 @@ def regret(run_dir, tables: dict, op: str = "linear", layout: str | None = None)
 
 def full_config(variant: str, config: str | dict) -> dict:
     """A config (stored JSON or a dict) completed with its variant's defaults: a run made before an option
-    existed ran what its default does now, so configs compare equal once completed."""
+    existed ran what its default does now, and one made while a since-removed option existed but was off
+    (stored None, False or 0; runnable's rule) ran what the config without it runs, so configs compare equal
+    once completed and the repeats of one config group together (labkit.targets' medians)."""
     from kernels import VARIANTS
 
     v = VARIANTS.get(variant)
-    return {**(v.defaults if v else {}), **(json.loads(config) if isinstance(config, str) else config)}
+    c = json.loads(config) if isinstance(config, str) else config
+    if v is not None:
+        c = {k: val for k, val in c.items() if k in v.space or k in v.defaults or not _off(val)}
+    return {**(v.defaults if v else {}), **c}
 
 
 def _same_config(variant: str, stored: str, cfg: dict) -> bool:

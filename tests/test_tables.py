@@ -70,6 +70,21 @@ def test_a_removed_option_stored_off_is_the_config_without_it():
     assert not runnable("gone_variant", json.dumps(base))
 
 
+def test_a_removed_option_stored_off_completes_to_the_same_config():
+    """full_config drops a removed option stored off, so a run that stored it (XIN: false, measured and removed
+    in stop 58) repeats the config of the runs before and after it, and labkit.targets' median groups them; a
+    removed option stored on stays, a config of its own."""
+    import json
+
+    from labkit.tables import full_config
+
+    base = {"BLOCK_M": 8, "ROWS": 2, "WGMMA": True}
+    for off in (None, False, 0):
+        assert full_config("moe_mma", json.dumps({**base, "GONE": off})) == full_config("moe_mma", base), off
+    assert full_config("moe_mma", {**base, "GONE": True})["GONE"] is True
+    assert full_config("moe_mma", {**base, "TAIL": False}) == full_config("moe_mma", base)
+
+
 def test_opt_in_options_are_never_picked(tmp_path):
     """STEP_MAJOR (a second copy of the weights) and ATOMIC (bits that vary with the order of additions) are a
     user's explicit choice: a faster config with either never enters a table (both configs below can run)."""
