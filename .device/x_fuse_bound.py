@@ -11,6 +11,7 @@ call as: python3 .device/x_fuse_bound.py OUT_DIR   (writes x_fuse_bound.csv into
 import contextlib
 
 from launch_parts import cached_x_to_f16
+from moe_parts import no_x16, plain
 from probe_points import checked_moe_calls, timed_arms
 
 from kernels import moe_mma
@@ -22,17 +23,6 @@ LEAD = dict(ATOMIC=True, BLOCK_M=8, CHAIN=True, CHUNKS=1, EPI_EARLY=2, MAXNREG=1
             WAIT_LATE=2, WGMMA=True, num_warps=4)
 LEAD64 = dict(ATOMIC=True, BLOCK_M=16, CHAIN=True, CHUNKS=1, EPI_EARLY=1, HALF=True, NIB=True, RING_W=True, ROWS=2,
               SPLITK2=2, STAGES=4, STEP_MAJOR=True, TILED=True, WGMMA=True, num_warps=4)
-
-
-@contextlib.contextmanager
-def plain(name, calls):
-    yield calls
-
-
-@contextlib.contextmanager
-def no_x16(name, calls):
-    with cached_x_to_f16():
-        yield calls
 
 
 @contextlib.contextmanager
@@ -61,10 +51,8 @@ def no_x16_first(name, calls):
 def main():
     run = probe_run("x-fuse-bound")
     mb = MoEBench("gpt-oss-20b", baseline=False)
-    points = []
-    for t, cfg in ((8, LEAD), (16, LEAD), (32, LEAD), (64, LEAD64)):
-        err, calls = checked_moe_calls(mb, t, "moe_mma", cfg)
-        points.append((f"20b T={t} moe_mma", err, calls))
+    points = [(f"20b T={t} moe_mma", *checked_moe_calls(mb, t, "moe_mma", LEAD64 if t == 64 else LEAD))
+              for t in (8, 16, 32, 64)]
     d = timed_arms(points, {"full": plain, "no x16, pdl": no_x16, "no x16, first": no_x16_first}, "arm",
                    rounds=3, reps=40)
     if run:
