@@ -659,8 +659,8 @@ if gluon is not None:
                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                              gl.program_id(1), gl.program_id(0), gl.num_programs(0), tails=tails, TAIL=TAIL,
-                              TAIL_OUT=TAIL_OUT)
+                              gl.program_id(1), gl.program_id(0), gl.num_programs(0), WAIT_LATE=WAIT_LATE,
+                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -789,7 +789,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
-                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if persist else 0, **tickets, **extra,
+                             WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
                              TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
@@ -846,12 +846,14 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     free with no launch between. The loop costs registers (mlp1 at 20b 16 tokens 167 against 119, 3 programs per
     SM): MAXNREG=128 or 168 keeps 4. (mlp2 in the same loop, without dynamic order, ran 5-30% slower: its
     programs held slots waiting for tiles not yet done, results/20261128T021958-h100-80gb-hbm3-moe-mma-persist2-a.)
-    WAIT_LATE (with PERSIST1): a persistent program's PDL wait for x_to_f16 comes after its tile's routing reads
-    (route's, two launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after
-    its first STAGES - 1 steps' weight copies too. TICKET1 (with PERSIST1): a program's items after its first
-    come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so programs that finish
-    first take more and mlp1's last items start as early as slots free (mlp2 then starts later: 0.3-1 us slower
-    on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens, results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
+    WAIT_LATE (WGMMA): an mlp1 program's PDL wait for x_to_f16 comes after its tile's routing reads (route's, two
+    launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after its first STAGES - 1
+    steps' weight copies too. Persistent programs (PERSIST1) wait once per item; one program per slot, a program whose
+    slot holds no tile ends without waiting (an exited program releases PDL as well). TICKET1 (with PERSIST1): a
+    program's items after its first come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so
+    programs that finish first take more and mlp1's last items start as early as slots free (mlp2 then starts later:
+    0.3-1 us slower on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens,
+    results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
     MAXNREG2: mlp2's own register cap (its sm_90 leader build needs 90 registers, 5 programs per SM; capped at 80
     it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight: 80 is
     0.7-1.2 us faster on 20b at 32 tokens and 1.7-4 us on 120b at 16-64, tied on 20b at 16 and 64; 64 is 6-25 us
@@ -985,12 +987,12 @@ def _rule_splitk2(cfg, problem):
 
 
 def _rule_persist(cfg, problem):
-    """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop);
-    WAIT_LATE moves that loop's PDL wait and TICKET1 its order."""
+    """PERSIST1 loops the WGMMA kernel's mlp1 programs over their work (the mma.sync kernels have no loop) and
+    TICKET1 orders that loop; WAIT_LATE moves the WGMMA kernel's mlp1 PDL wait, looped or not."""
     if cfg.get("PERSIST1") and not cfg.get("WGMMA"):
         return "PERSIST1 applies only with WGMMA"
-    if cfg.get("WAIT_LATE") and not cfg.get("PERSIST1"):
-        return "WAIT_LATE needs PERSIST1"
+    if cfg.get("WAIT_LATE") and not cfg.get("WGMMA"):
+        return "WAIT_LATE applies only with WGMMA"
     if cfg.get("WAIT_LATE") == 2 and not (cfg.get("RING_W") or cfg.get("TMA")):
         return "WAIT_LATE=2 copies weights ahead of the wait in RING_W's or TMA's ring"
     if cfg.get("TICKET1") and not cfg.get("PERSIST1"):

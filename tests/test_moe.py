@@ -792,7 +792,8 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's
     counters signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work);
     with SPLITK2 the shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync
-    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads; 2:
+    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads, with
+    or without PERSIST1; 2:
     after its first weight copies too, which needs a ring of them) changes no arithmetic; its ordering is checked
     on the GPU (test_moe_mma_tma_under_graphs_with_new_routing). TICKET1 (items after the first by ticket) does
     the same work in another order, so the same bits, twice in a row: the counter is back at zero after each call
@@ -804,7 +805,7 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True)):
+        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True), (0, 2, False)):
             for _ in range(2 if ticket else 1):
                 got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late,
                                   TICKET1=ticket)
@@ -816,7 +817,8 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4}, problem) is None
     assert "only with WGMMA" in v.reason({**v.defaults, "PERSIST1": 4}, problem)
-    assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "WAIT_LATE": True}, problem)
+    assert v.reason({**v.defaults, **cfg, "WAIT_LATE": True}, problem) is None  # one program per slot too
+    assert "only with WGMMA" in v.reason({**v.defaults, "WAIT_LATE": True}, problem)
     assert v.reason({**v.defaults, **cfg, "PERSIST1": 4, "WAIT_LATE": 2}, problem) is None
     assert "RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "PERSIST1": 4, "WAIT_LATE": 2}, problem)
     assert "needs PERSIST1" in v.reason({**v.defaults, **cfg, "TICKET1": True}, problem)
@@ -976,7 +978,10 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
                                    "MAXNREG2": 64, "WAIT_LATE": 2},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "PERSIST1": 4, "MAXNREG": 128,
-                                   "WAIT_LATE": 2, "TICKET1": True}])
+                                   "WAIT_LATE": 2, "TICKET1": True},
+                                  {"CHAIN": True, "HALF": True, "WAIT_LATE": 2},
+                                  {"TMA": 2, "CHAIN": True, "WAIT_LATE": 2},
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
