@@ -30,6 +30,8 @@ launches included (the floor's ceiling, torch.sum over 1 GiB, counts neither the
 Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
 starts while the one before drains, an overlap of back-to-back layers that one call of the op never gets.
 (Unset, the default, launches only an op's own later kernels with PDL: its first waits for the op before.)
+So are runs made with LAB_X16_SPLIT_ROWS set ("lab_x16_split_rows"): A/B arms of x_to_f16's program shapes,
+which time a path the checkout does not take by default under the same configs.
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ from .tables import full_config, runnable
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
 MOE_MODELS = ("gpt-oss-120b", "gpt-oss-20b")
+
+
+def env_override(meta: dict) -> bool:
+    """Whether a run was made with an environment override that changes what a config runs (LAB_PDL=1,
+    LAB_X16_SPLIT_ROWS), so that its points do not measure the checkout's default path."""
+    return meta.get("lab_pdl") == "1" or meta.get("lab_x16_split_rows") is not None
 
 
 @dataclass(frozen=True)
@@ -130,12 +138,12 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     """One row per (target, problem, token count): the best measured variant there, its metric against the
     most demanding ceilings of the runs (see the module docstring), the goal, and whether it is met.
 
-    runs: run folders or ids (default every run under results/; LAB_PDL=1 runs are left out); gpu: a
+    runs: run folders or ids (default every run under results/; env_override runs are left out); gpu: a
     substring of the GPU name to judge (default the GPU of the newest run with measured ceilings). Points
     never measured have met = None."""
     paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
     metas = {p: json.loads((p / "meta.json").read_text()) for p in paths}
-    metas = {p: m for p, m in metas.items() if m.get("lab_pdl") != "1"}
+    metas = {p: m for p, m in metas.items() if not env_override(m)}
     paths = list(metas)
     if gpu is None:
         gpu = default_gpu(metas.values())

@@ -105,6 +105,13 @@ def test_runs_made_with_pdl_are_left_out(tmp_path):
     assert row["run_id"] == "b" and row["value"] == pytest.approx(0.8)
 
 
+def test_runs_made_with_other_x16_programs_are_left_out(tmp_path):
+    a = _run(tmp_path, "a", [_lm_head(1, 100.0)], read_gbps=3000.0, lab_x16_split_rows="64")
+    b = _run(tmp_path, "b", [_lm_head(1, 125.0)], read_gbps=3000.0)
+    row = judge([a, b], targets=[LM_HEAD]).set_index("m").loc[1]
+    assert row["run_id"] == "b" and row["value"] == pytest.approx(0.8)
+
+
 def test_vs_bf16_is_cublas_time_over_the_best_time(tmp_path):
     t = Target("big", 4, "linear", ("lm_head",), (2048,), "vs_bf16", 0.7)
     pts = [_lm_head(2048, 400.0, variant="dequant_gemm"), _lm_head(2048, 300.0, variant="cublas_bf16"),
