@@ -849,11 +849,12 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     WAIT_LATE (WGMMA): an mlp1 program's PDL wait for x_to_f16 comes after its tile's routing reads (route's, two
     launches back) instead of first, so the layer's first reads overlap x_to_f16's launch; 2: after its first STAGES - 1
     steps' weight copies too. Persistent programs (PERSIST1) wait once per item; one program per slot, a program whose
-    slot holds no tile ends without waiting (an exited program releases PDL as well). TICKET1 (with PERSIST1): a
-    program's items after its first come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so
-    programs that finish first take more and mlp1's last items start as early as slots free (mlp2 then starts later:
-    0.3-1 us slower on 20b, 0.5-2.6 us faster on 120b at 16-32 tokens,
-    results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
+    slot holds no tile ends without waiting (an exited program releases PDL as well): there `WAIT_LATE=2` was 1 us
+    faster on 20b at 64 tokens and within 2 us either way at 128-512
+    (results/20261128T093342-h100-80gb-hbm3-moe-mma-wait-late-slots-a). TICKET1 (with PERSIST1): a program's items after
+    its first come by ticket from a device counter (kernels.sync.take_item), not every grid-th, so programs that finish
+    first take more and mlp1's last items start as early as slots free (mlp2 then starts later: 0.3-1 us slower on 20b,
+    0.5-2.6 us faster on 120b at 16-32 tokens, results/20261128T034042-h100-80gb-hbm3-moe-mma-ticket-a).
     MAXNREG2: mlp2's own register cap (its sm_90 leader build needs 90 registers, 5 programs per SM; capped at 80
     it has 71 and 7, at 64 it has 8, without spills), so more of mlp2's programs keep bytes in flight: 80 is
     0.7-1.2 us faster on 20b at 32 tokens and 1.7-4 us on 120b at 16-64, tied on 20b at 16 and 64; 64 is 6-25 us
