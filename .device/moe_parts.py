@@ -54,11 +54,10 @@ def main():
             gb = mb.expert_bytes()
             points.append((f"20b H={h} T={t} {variant}", err, calls))
             print(f"H={h} T={t}: expert bytes {gb / 1e6:.3f} MB, rel err {err:.3g}", flush=True)
-    d = timed_arms(points, {"full": plain, "no x_to_f16": no_x16}, "cut", reps=40)
-    if run:
-        run.finish_with("moe_parts.csv: per point (20b-shaped layers of H = I = 2816 / 2880 / 2944, the leaders "
-                        "of 1-32 tokens), round and cut (full call; x_to_f16 made once before capture, the ATOMIC "
-                        "output left unzeroed) the sweep's time_calls result (us per call)", moe_parts=d)
+    timed_arms(points, {"full": plain, "no x_to_f16": no_x16}, "cut", reps=40, store=(
+        run, "moe_parts", "moe_parts.csv: per point (20b-shaped layers of H = I = 2816 / 2880 / 2944, the leaders "
+        "of 1-32 tokens), round and cut (full call; x_to_f16 made once before capture, the ATOMIC output left "
+        "unzeroed) the sweep's time_calls result (us per call)"))
 
 
 if __name__ == "__main__":

@@ -72,11 +72,13 @@ def leader_calls(moe_tokens=(1, 8, 16), lm_head_tokens=(1, 2, 8)) -> list[tuple[
     return points
 
 
-def timed_arms(points, arms: dict, column: str, *, rounds: int = 2, reps: int = 25) -> pd.DataFrame:
+def timed_arms(points, arms: dict, column: str, *, rounds: int = 2, reps: int = 25, store=None) -> pd.DataFrame:
     """Each point's calls timed as the sweeps time them (time_calls) under every arm, the arms taking turns for
     `rounds` rounds: rows of (point, max_rel_err, round, `column` = the arm's label, time_calls' columns), a line
     printed per timing and the pivot of us_graph printed last. arms: label -> function(point name, calls) giving
-    a context manager that yields the calls to time under that arm (None: the arm does not apply there)."""
+    a context manager that yields the calls to time under that arm (None: the arm does not apply there).
+    store (run or None, name, contents): the rows written as name.csv into the probe's run folder, which then
+    finishes (labkit.runs.Run.finish_with)."""
     rows = []
     for rnd in range(rounds):
         for name, err, calls in points:
@@ -91,4 +93,7 @@ def timed_arms(points, arms: dict, column: str, *, rounds: int = 2, reps: int = 
     d = pd.DataFrame(rows)
     with pd.option_context("display.width", 200):
         print(d.pivot_table(index="point", columns=[column, "round"], values="us_graph").round(2).to_string())
+    if store is not None and store[0] is not None:
+        run, name, contents = store
+        run.finish_with(contents, **{name: d})
     return d

@@ -53,12 +53,10 @@ def main():
     mb = MoEBench("gpt-oss-20b", baseline=False)
     points = [(f"20b T={t} moe_mma", *checked_moe_calls(mb, t, "moe_mma", LEAD64 if t == 64 else LEAD))
               for t in (8, 16, 32, 64)]
-    d = timed_arms(points, {"full": plain, "no x16, pdl": no_x16, "no x16, first": no_x16_first}, "arm",
-                   rounds=3, reps=40)
-    if run:
-        run.finish_with("x_fuse_bound.csv: per 20b point and round, the leader's time_calls result (us per call) "
-                        "full, with x_to_f16 cut and mlp1 PDL-launched, and with it cut and mlp1 launched first "
-                        "(no PDL)", x_fuse_bound=d)
+    arms = {"full": plain, "no x16, pdl": no_x16, "no x16, first": no_x16_first}
+    timed_arms(points, arms, "arm", rounds=3, reps=40, store=(
+        run, "x_fuse_bound", "x_fuse_bound.csv: per 20b point and round, the leader's time_calls result (us per "
+        "call) full, with x_to_f16 cut and mlp1 PDL-launched, and with it cut and mlp1 launched first (no PDL)"))
 
 
 if __name__ == "__main__":
