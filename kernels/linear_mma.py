@@ -967,19 +967,18 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     CHUNKS=1; a no-op unless K % 128 == 64, and without a GPU, where the interpreter twin reads the zero-padded
     chunk): the last chunk, half padding, runs as a half step from tail_half's copy (half the bytes, decode and
     wgmmas), against x_to_f16's half_tail order; with RING_W and no TMA (TAIL's other form) the same half step
-    from buffers the cp.async ring fills with its first copies (_g_wg_ring_loop). STEP_MAJOR (with RING_W): the ring's copies (or TMA's boxes)
-    read prepare.step_major's copy (made on first use, cached), where a step's words are one piece and the
-    programs running together read neighbouring pieces; without a GPU the interpreter twin reads the tiled copy."""
+    from buffers the cp.async ring fills with its first copies (_g_wg_ring_loop). STEP_MAJOR (with RING_W): the
+    ring's copies (or TMA's boxes) read prepare.step_major's copy (made on first use, cached), where a step's
+    words are one piece and the programs running together read neighbouring pieces; without a GPU the
+    interpreter twin reads the tiled copy."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
     if NIB:
         p = shuffle_nibbles(p)
-    tail = bool(TAIL and TMA == 2 and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 and not INTERPRETED \
-        and gluon is not None
-    ring_tail = bool(TAIL and RING_W and not TMA and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 \
-        and not INTERPRETED and gluon is not None
+    half = bool(TAIL and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None
+    tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
     x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, half_tail=tail or ring_tail)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps

@@ -789,15 +789,14 @@ def test_moe_mma_splitk2_adds_its_slices(device):
 
 def test_moe_mma_persistent_grids_do_every_program_once(device):
     """PERSIST1: a grid of that many mlp1 programs per SM (4 SMs in the interpreter), each doing every grid-th
-    program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's
-    counters signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work);
-    with SPLITK2 the shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync
-    kernels have no loop: refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads, with
-    or without PERSIST1; 2:
-    after its first weight copies too, which needs a ring of them) changes no arithmetic; its ordering is checked
-    on the GPU (test_moe_mma_tma_under_graphs_with_new_routing). TICKET1 (items after the first by ticket) does
-    the same work in another order, so the same bits, twice in a row: the counter is back at zero after each call
-    (a counter left set would skip items)."""
+    program's work of the routing's tiles: the same work as one program per slot, so the same bits (CHAIN's counters
+    signalled, ROWS2, HALF, STEP_MAJOR, ATOMIC at k = 2; grids smaller and larger than the work); with SPLITK2 the
+    shares add in another order, so within 1% of the one-program-per-slot output. The mma.sync kernels have no loop:
+    refused without WGMMA. WAIT_LATE (the PDL wait after each tile's routing reads, with or without PERSIST1; 2:
+    after its first weight copies too, which needs a ring of them) changes no arithmetic; its ordering is checked on
+    the GPU (test_moe_mma_tma_under_graphs_with_new_routing). TICKET1 (items after the first by ticket) does the
+    same work in another order, so the same bits, twice in a row: the counter is back at zero after each call (a
+    counter left set would skip items)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
@@ -805,7 +804,8 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
                   {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True), (0, 2, False)):
+        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True),
+                                      (0, 2, False)):
             for _ in range(2 if ticket else 1):
                 got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late,
                                   TICKET1=ticket)
