@@ -5,7 +5,11 @@ rules reject the problem (for example a weight whose scale bytes fall outside a 
 the FALLBACK entries, which are exact for every input, are used instead.
 
 The heuristic rows below are used for what no measured table covers; measured tables (per shape, plus a
-default) live in kernels/tables_measured.py, written from a run folder by `labkit table write`.
+default) live in kernels/tables_measured.py, written from a run folder by `labkit table write`. A GPU whose
+best configs differ has its own set, kernels/tables_measured_<gpu>.py (`labkit table write --gpu <gpu>`), named
+by the substrings of the device name in its GPU_MATCH: auto on that GPU reads each of its tables first and the
+default set's where it has none (the H200 picks HALF at 32-256 tokens and no PERSIST1, unlike the H100:
+results/20261128T104349-h200-moe-tables-h200).
 
 A weight in tile_mxfp4's layout (problem["tiled"]) only runs TILED configs, so it has its own tables
 (LINEAR_TABLES_TILED, MOE_TABLES_TILED) and its own fallback: the tensor-core variants with TILED=True.
@@ -19,6 +23,11 @@ weight for prefill-sized batches unshuffled.
 """
 
 from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from pathlib import Path
 
 from .variants import get_variant
 
@@ -55,13 +64,41 @@ except ImportError:  # pragma: no cover
     _measured = None
 
 
+@functools.cache
+def _gpu_sets() -> tuple:
+    """The per-GPU measured table sets shipped in this package (modules tables_measured_<gpu>)."""
+    here = [str(Path(__file__).parent)]
+    names = sorted(m.name for m in pkgutil.iter_modules(here) if m.name.startswith("tables_measured_"))
+    return tuple(importlib.import_module(f"{__package__}.{n}") for n in names)
+
+
+def gpu_tables(device_name: str | None):
+    """The measured table set auto reads first on a GPU named `device_name`: the per-GPU set whose GPU_MATCH
+    substring occurs in the name, else the default set (kernels/tables_measured.py; also without a GPU)."""
+    name = (device_name or "").lower()
+    for mod in _gpu_sets() if name else ():
+        if any(s.lower() in name for s in mod.GPU_MATCH):
+            return mod
+    return _measured
+
+
+@functools.cache
+def _device_name() -> str | None:
+    """The current GPU's name (host-side, asked once), or None without one."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 def _keyed(name: str, key: tuple, tiled: bool = False, nib: bool = False) -> list:
-    """The measured rows for this shape (or the measured default) of the weight's layout, if any."""
-    tables = getattr(_measured, name + ("_TILED" if tiled else "") + ("_NIB" if nib else ""), None) \
-        if _measured else None
-    if not tables:
-        return []
-    return tables.get(key) or tables.get("default") or []
+    """The measured rows for this shape (or the measured default) of the weight's layout, if any: from this
+    GPU's own table set where it has that table, else from the default set."""
+    name += ("_TILED" if tiled else "") + ("_NIB" if nib else "")
+    for mod in (gpu_tables(_device_name()), _measured):
+        tables = getattr(mod, name, None) if mod else None
+        if tables:
+            return tables.get(key) or tables.get("default") or []
+    return []
 
 
 def _measured_for(name: str, key: tuple, problem: dict) -> list:

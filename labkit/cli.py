@@ -468,14 +468,23 @@ def _add_model_parser(sub) -> None:
 
 def cmd_table(args) -> int:
     """Derive/write the variant="auto" tables from runs, or report a table set's regret on a run."""
-    import kernels.tables_measured as tm
     from kernels.prepare import HELD_LAYOUTS
+    from kernels.tables import gpu_tables
 
-    from .tables import TABLE_NAMES, derive_tables, regret, write_tables
+    from .hardware import get_gpu, match_gpu
+    from .results import run_meta
+    from .tables import TABLE_NAMES, derive_tables, regret, table_set, tables_path, write_tables
 
     if args.table_command == "write":
         if not args.linear and not args.moe:
             raise ValueError("give --linear RUN and/or --moe RUN")
+        spec = get_gpu(args.gpu) if args.gpu else None
+        for run in (args.linear or []) + (args.moe or []):  # a GPU's own set is fitted to that GPU's runs
+            gpu = run_meta(run).get("gpu") or ""
+            if spec and match_gpu(gpu) != spec:
+                raise ValueError(f"{run} was measured on {gpu or 'no GPU'}, not on the GPU this set is for "
+                                 f"({spec.name})")
+        tm = table_set(spec.key if spec else None)
         # an op not given, or a layout its runs never measured, keeps its current tables
         tables = {name: getattr(tm, name, None) for name in TABLE_NAMES.values()}
         for op, runs in (("linear", args.linear), ("moe", args.moe)):
@@ -486,14 +495,17 @@ def cmd_table(args) -> int:
                     print(f"{op} {layout}: {e}; its current tables are kept")
         sources = dict(getattr(tm, "SOURCES", {}))
         sources.update({k: " + ".join(map(str, v)) for k, v in (("linear", args.linear), ("moe", args.moe)) if v})
-        print(f"wrote {write_tables(tables, sources)}")
+        path = tables_path(spec.key if spec else None)
+        print(f"wrote {write_tables(tables, sources, path, gpu_match=spec.match if spec else ())}")
         return 0
     if args.tables_from:
         tables = derive_tables(args.tables_from, args.op, routing=args.routing, layout=args.layout)
-    else:
+    else:  # the set auto reads on the GPU the run was measured on
+        tm = gpu_tables(run_meta(args.run[0]).get("gpu"))
+        print(f"tables: {tm.__name__} (the set auto reads on {run_meta(args.run[0]).get('gpu')})")
         tables = getattr(tm, TABLE_NAMES[args.op, args.layout], None)
         if not tables:
-            raise ValueError(f"kernels/tables_measured.py has no {args.layout} tables for {args.op}")
+            raise ValueError(f"{tm.__name__} has no {args.layout} tables for {args.op}")
     df = regret(args.run, tables, args.op, layout=args.layout)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     by = "routing" if args.op == "moe" else "shape"
@@ -582,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--linear", metavar="RUN", nargs="+", help="run folder(s) with linear points")
     t.add_argument("--moe", metavar="RUN", nargs="+", help="run folder(s) with moe_layer points")
     t.add_argument("--routing", default="uniform", help="routing the MoE tables are fitted to (default uniform)")
+    t.add_argument("--gpu", help="write this GPU's own set (a datasheet key such as h200: kernels/"
+                                 "tables_measured_h200.py), from runs measured on it; default: the default set")
     t.set_defaults(func=cmd_table)
     t = tsub.add_parser("regret", help="auto's time over the best time, per measured point of a run")
     t.add_argument("run", nargs="+", help="run folder(s)")

@@ -133,6 +133,11 @@ def resolve_run(run: str | Path) -> Path:
     raise FileNotFoundError(f"{run} is not a run folder (no meta.json there nor under {RESULTS_DIR})")
 
 
+def run_meta(run: str | Path) -> dict:
+    """A run's meta.json (run: a folder or a run id, as resolve_run takes)."""
+    return json.loads((resolve_run(run) / "meta.json").read_text())
+
+
 def find_runs(root: str | Path | None = None) -> list[Path]:
     """Run folders (those holding meta.json) directly under root (default results/), oldest first by name."""
     root = Path(root) if root else RESULTS_DIR

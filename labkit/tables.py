@@ -35,6 +35,24 @@ from .results import BASELINES, band_verdict, lossy, read_runs, time_band
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
 
 
+def tables_path(gpu: str | None = None) -> Path:
+    """Where a table set lives: the default set, or GPU `gpu`'s own (a labkit.hardware key, e.g. h200)."""
+    return TABLES_MODULE if not gpu else TABLES_MODULE.with_name(f"tables_measured_{gpu.lower()}.py")
+
+
+def table_set(gpu: str | None = None):
+    """The table set as a module (its *_TABLES dicts and SOURCES): the default one, or GPU `gpu`'s own; a GPU
+    without a set yet gives an empty one."""
+    import importlib
+    from types import SimpleNamespace
+
+    if not gpu:
+        return importlib.import_module("kernels.tables_measured")
+    if not tables_path(gpu).is_file():
+        return SimpleNamespace(SOURCES={})
+    return importlib.import_module(f"kernels.{tables_path(gpu).stem}")
+
+
 def _problem_cols(op: str) -> list[str]:
     return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
 
@@ -209,10 +227,10 @@ def _same_config(variant: str, stored: str, cfg: dict) -> bool:
 
 
 def source_runs(op: str) -> list[str]:
-    """The run folders kernels/tables_measured.py says op's tables were derived from."""
-    from kernels import tables_measured as tm
+    """The run folders that the table set auto reads on this GPU says op's tables were derived from."""
+    from kernels.tables import _device_name, gpu_tables
 
-    src = getattr(tm, "SOURCES", {}).get(op, "")
+    src = getattr(gpu_tables(_device_name()), "SOURCES", {}).get(op, "")
     return [r for r in src.split(" + ") if r]
 
 
@@ -235,9 +253,10 @@ def leaders(runs, op: str, top: int) -> dict[tuple, list[tuple[str, dict]]]:
     return out
 
 
-def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = TABLES_MODULE) -> Path:
-    """Write kernels/tables_measured.py: the keyed tables ({TABLE_NAMES value: tables}) as Python data plus
-    the runs they came from."""
+def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = TABLES_MODULE,
+                 gpu_match: tuple[str, ...] = ()) -> Path:
+    """Write kernels/tables_measured.py (or a GPU's own set, with the device-name substrings `gpu_match` that
+    select it): the keyed tables ({TABLE_NAMES value: tables}) as Python data plus the runs they came from."""
     unknown = set(tables) - set(TABLE_NAMES.values())
     if unknown:
         raise ValueError(f"unknown table name(s) {', '.join(sorted(unknown))}; "
@@ -247,6 +266,10 @@ def write_tables(tables: dict[str, dict], sources: dict[str, str], path: Path = 
              "config). *_TILED: the tables of weights in tile_mxfp4's layout; *_NIB: of weights held as",
              "shuffle_nibbles' copy. SOURCES names the runs each op's tables were derived from.", '"""', "",
              f"SOURCES = {pprint.pformat(sources, width=110)}", ""]
+    if gpu_match:
+        lines[5:5] = ["", "GPU_MATCH: this set is read first on a GPU whose name holds one of these; a table it",
+                      "lacks is read from kernels/tables_measured.py."]
+        lines += [f"GPU_MATCH = {tuple(gpu_match)!r}", ""]
     for name in TABLE_NAMES.values():
         if tables.get(name):
             lines += [f"{name} = {pprint.pformat(tables[name], width=110, sort_dicts=True)}", ""]

@@ -206,3 +206,59 @@ def test_shuffled_weights_read_their_own_nib_tables(tmp_path, monkeypatch):
     ns = {}
     exec(path.read_text(), ns)
     assert ns["LINEAR_TABLES_TILED_NIB"] == nib
+
+
+def test_a_gpu_reads_its_own_table_set_first_and_the_default_set_for_tables_it_lacks(monkeypatch):
+    """kernels.tables.gpu_tables: a per-GPU set (tables_measured_<gpu>, selected by GPU_MATCH against the device
+    name) is read first on that GPU; a table it lacks, any other GPU and a machine without one read the default
+    set."""
+    from types import SimpleNamespace
+
+    import kernels.tables as kt
+
+    mine = SimpleNamespace(__name__="h200", GPU_MATCH=("H200",),
+                           LINEAR_TABLES={"default": [(1 << 62, "gemv", {"BLOCK_N": 32})]})
+    default = SimpleNamespace(LINEAR_TABLES={"default": [(1 << 62, "gemv", {"BLOCK_N": 16})]},
+                              LINEAR_TABLES_TILED={"default": [(1 << 62, "gemv_mma", {"TILED": True})]})
+    monkeypatch.setattr(kt, "_gpu_sets", lambda: (mine,))
+    monkeypatch.setattr(kt, "_measured", default)
+    assert kt.gpu_tables("NVIDIA H200") is mine and kt.gpu_tables("NVIDIA H100 80GB HBM3") is default
+    assert kt.gpu_tables(None) is default
+    monkeypatch.setattr(kt, "_device_name", lambda: "NVIDIA H200")
+    assert kt._keyed("LINEAR_TABLES", (1, 2)) == mine.LINEAR_TABLES["default"]
+    assert kt._keyed("LINEAR_TABLES", (1, 2), tiled=True) == default.LINEAR_TABLES_TILED["default"]
+    monkeypatch.setattr(kt, "_device_name", lambda: None)
+    assert kt._keyed("LINEAR_TABLES", (1, 2)) == default.LINEAR_TABLES["default"]
+
+
+def test_table_write_gpu_fits_a_set_to_that_gpus_runs_only(tmp_path, monkeypatch, capsys):
+    """`labkit table write --gpu h200` writes kernels/tables_measured_h200.py with GPU_MATCH from the datasheet
+    row, and refuses a run measured on another GPU (a set must come from the GPU it is read on)."""
+    import labkit.tables as lt
+    from labkit import cli
+    from labkit.runs import open_run
+
+    run = _run(tmp_path, [_pt("a", 128, 1, "gemv", 10), _pt("a", 128, 1, "gemv_h2", 8)])
+    monkeypatch.setattr(lt, "TABLES_MODULE", tmp_path / "tables_measured.py")
+    open_run(run).update_meta(gpu="NVIDIA H100 80GB HBM3")
+    assert cli.main(["table", "write", "--gpu", "h200", "--linear", str(run)]) != 0
+    assert "measured on NVIDIA H100 80GB HBM3, not on the GPU this set is for" in capsys.readouterr().err
+    open_run(run).update_meta(gpu="NVIDIA H200")
+    assert cli.main(["table", "write", "--gpu", "h200", "--linear", str(run)]) == 0
+    ns = {}
+    exec((tmp_path / "tables_measured_h200.py").read_text(), ns)
+    assert ns["GPU_MATCH"] == ("H200",) and ns["SOURCES"] == {"linear": str(run)}
+    assert ns["LINEAR_TABLES"][(128, 64)][0][1] == "gemv_h2" and "MOE_TABLES" not in ns
+    assert not (tmp_path / "tables_measured.py").exists()  # the default set is left alone
+
+
+def test_the_shipped_h200_set_comes_from_committed_h200_tables_runs():
+    import kernels.tables_measured_h200 as h200
+    from kernels.tables import gpu_tables
+    from labkit.results import run_meta
+
+    assert gpu_tables("NVIDIA H200") is h200 and gpu_tables("NVIDIA H100 80GB HBM3") is not h200
+    for op in ("linear", "moe"):
+        for r in h200.SOURCES[op].split(" + "):
+            meta = run_meta(r)
+            assert meta["gpu"] == "NVIDIA H200" and "best_of" in meta["parameters"]["spec"], r
