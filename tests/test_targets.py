@@ -128,12 +128,13 @@ def test_no_gpu_run_is_a_clear_error(tmp_path):
         judge([run.path])
 
 
-def test_committed_runs_judge_every_target_conservatively():
-    """On the committed H100 runs: every asked point was measured, and no value is above the point's own
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_committed_runs_judge_every_target_conservatively(gpu):
+    """On the committed runs of each GPU: every asked point was measured, and no value is above the point's own
     run's fraction (the recomputed floors are never lower than the ones the runs measured)."""
     from labkit.results import read_runs, resolve_run
 
-    out = judge()
+    out = judge(gpu=gpu)
     assert len(out) == sum(len(t.problems) * len(t.tokens) for t in TARGETS)
     assert out["met"].notna().all()
     frac = out[out["target"] != TARGETS[2].name]
