@@ -231,6 +231,22 @@ def test_a_gpu_reads_its_own_table_set_first_and_the_default_set_for_tables_it_l
     assert kt._keyed("LINEAR_TABLES", (1, 2)) == default.LINEAR_TABLES["default"]
 
 
+def test_best_of_sources_are_the_runs_of_the_set_this_gpu_reads(monkeypatch):
+    """A spec's best_of `sources` remeasures the runs behind the tables auto reads here: a GPU's own set's."""
+    from types import SimpleNamespace
+
+    import kernels.tables as kt
+    from labkit.tables import source_runs
+
+    mine = SimpleNamespace(GPU_MATCH=("H200",), SOURCES={"moe": "results/a + results/b"})
+    monkeypatch.setattr(kt, "_gpu_sets", lambda: (mine,))
+    monkeypatch.setattr(kt, "_measured", SimpleNamespace(SOURCES={"moe": "results/h100"}))
+    monkeypatch.setattr(kt, "_device_name", lambda: "NVIDIA H200")
+    assert source_runs("moe") == ["results/a", "results/b"]
+    monkeypatch.setattr(kt, "_device_name", lambda: None)
+    assert source_runs("moe") == ["results/h100"] and source_runs("linear") == []
+
+
 def test_table_write_gpu_fits_a_set_to_that_gpus_runs_only(tmp_path, monkeypatch, capsys):
     """`labkit table write --gpu h200` writes kernels/tables_measured_h200.py with GPU_MATCH from the datasheet
     row, and refuses a run measured on another GPU (a set must come from the GPU it is read on)."""
