@@ -156,7 +156,8 @@ def cmd_targets(args) -> int:
     else:
         ceil = "; ".join(f"{g}: {c['read_gbps']:.0f} GB/s read, {c['bf16_tflops']:.0f} TFLOP/s bf16"
                          for g, c in judged.attrs["ceilings"].items())
-        print(f"floors against the highest ceilings measured by the {judged.attrs['runs']} runs ({ceil})")
+        print(f"floors against the highest ceilings measured by the {judged.attrs['runs']} runs on that GPU "
+              f"({ceil})")
         pct = lambda v: "" if pd.isna(v) else f"{v:.1%}"  # noqa: E731  (89.6% must not read as a met 90%)
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
@@ -176,6 +177,8 @@ def cmd_targets(args) -> int:
             print(g.to_string(index=False, float_format="%.1f"))
         print()
         print(summary(judged).to_string(index=False))
+        for g in judged.attrs.get("other_gpus", ()):
+            print(f"also measured on {g}: ./lab targets --gpu '{g}'")
     if args.chart:
         from .charts import save_figure
 

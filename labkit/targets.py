@@ -192,7 +192,8 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                 rows.append(row)
     out = _with_read(pd.DataFrame(rows), paths, ceil)
     out.attrs["ceilings"] = ceil
-    out.attrs["runs"] = len(paths)
+    out.attrs["runs"] = sum(m.get("gpu") in ceil for m in metas.values())
+    out.attrs["other_gpus"] = sorted(g for g in _ceilings(metas.values()) if g not in ceil)
     return out
 
 

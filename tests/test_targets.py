@@ -157,3 +157,20 @@ def test_cli_prints_the_judgement_and_fails_while_a_target_is_missed(tmp_path, c
     assert (tmp_path / "charts" / "targets.html").is_file()
     assert main(["targets", "--runs", str(a), "--markdown"]) == 1
     assert capsys.readouterr().out.startswith("| target |")
+
+
+def test_cli_judges_the_newest_gpu_and_names_the_others(tmp_path, capsys):
+    """Runs of two GPUs: plain `targets` judges the GPU of the newest run and says how to see the other."""
+    from labkit.cli import main
+    from labkit.runs import open_run
+
+    a = _run(tmp_path, "a", [_lm_head(1, 100.0)], read_gbps=3000.0)
+    b = _run(tmp_path, "b", [_lm_head(1, 80.0)], read_gbps=4000.0, started="2026-11-28T00:00:00+00:00")
+    open_run(b).update_meta(gpu="NVIDIA H200")
+    main(["targets", "--runs", str(a), str(b)])
+    out = capsys.readouterr().out
+    assert "1 runs on that GPU (NVIDIA H200: 4000 GB/s read" in out
+    assert f"also measured on {GPU}: ./lab targets --gpu '{GPU}'" in out
+    main(["targets", "--runs", str(a), str(b), "--gpu", GPU])
+    out = capsys.readouterr().out
+    assert f"({GPU}: 3000 GB/s read" in out and "also measured on NVIDIA H200" in out
