@@ -4,8 +4,9 @@
    (linear_gptoss, moe_gptoss) into the run folder once (the other grid entries resume it and find every point
    stored) and charts it. Without a GPU the specs' `cpu_*` sizes run through the Triton interpreter (a couple
    of minutes); with one, the same command sweeps full GPT-OSS sizes against measured ceilings.
-2. 05_compare: per op, this run against the committed run sharing the most points with it (on a GPU running
-   the shipped specs, the H100 runs under results/). A CPU run shares none (interpreter sizes), so the
+2. 05_compare: per op, this run against the committed run sharing the most points with it, a run of the same
+   GPU first (on a GPU running the shipped specs, its runs under results/, else the H100's). A CPU run shares
+   none (interpreter sizes), so the
    notebook's defaults compare two committed H100 runs instead, and the job says so.
 3. 01_roofline: datasheet H100 without a GPU; on a GPU this machine with the run's measured ceilings and points.
 """

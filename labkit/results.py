@@ -414,19 +414,22 @@ def compare_by(cmp: pd.DataFrame, by: str | list[str] = "variant") -> pd.DataFra
 
 def reference_runs(run: str | Path, candidates: Iterable[str | Path] | None = None) -> dict[str, Path]:
     """For each op of `run`, the other run folder (default: every run under results/) sharing the most ok
-    point keys with it: what a fresh run is best compared against. Ops no other run shares are left out."""
+    point keys with it, a run of the same GPU before any other (times of two GPUs differ by more than any
+    change): what a fresh run is best compared against. Ops no other run shares are left out."""
     run = resolve_run(run)
+    gpu = run_meta(run).get("gpu")
     mine = PointStore(run).read()
     mine = mine[mine["status"] == "ok"]
     keys = {op: {point_key(r) for r in g.to_dict("records")} for op, g in mine.groupby("op")}
-    best: dict[str, tuple[int, Path]] = {}
+    best: dict[str, tuple[tuple[bool, int], Path]] = {}
     for p in (find_runs() if candidates is None else [resolve_run(c) for c in candidates]):
         if p.resolve() == run.resolve():
             continue
         pts = PointStore(p).read()
         pts = pts[pts["status"] == "ok"]
+        same = run_meta(p).get("gpu") == gpu
         for op, g in pts[pts["op"].isin(list(keys))].groupby("op"):
             n = len(keys[op] & {point_key(r) for r in g.to_dict("records")})
-            if n and n > best.get(op, (0, None))[0]:
-                best[op] = (n, p)
+            if n and (same, n) > best.get(op, ((False, 0), None))[0]:
+                best[op] = ((same, n), p)
     return {op: p for op, (_, p) in best.items()}

@@ -203,6 +203,20 @@ def test_reference_runs_pick_the_most_overlap(tmp_path):
     assert reference_runs(fresh, candidates=[tmp_path / "none"]) == {}
 
 
+def test_reference_runs_prefer_the_same_gpu(tmp_path):
+    """A run of the fresh run's GPU is its reference even when another GPU's run shares more points."""
+    from labkit.results import reference_runs
+    from labkit.runs import open_run
+
+    fresh = _run(tmp_path, "fresh", [_point(m=m) for m in (1, 2, 3)])
+    other = _run(tmp_path, "other", [_point(m=m) for m in (1, 2, 3)])
+    mine = _run(tmp_path, "mine", [_point(m=1)])
+    for run, gpu in ((fresh, "NVIDIA H200"), (other, "NVIDIA H100 80GB HBM3"), (mine, "NVIDIA H200")):
+        open_run(run).update_meta(gpu=gpu)
+    assert reference_runs(fresh, candidates=[other, mine]) == {"linear": mine}
+    assert reference_runs(fresh, candidates=[other]) == {"linear": other}
+
+
 def test_probe_run_is_made_before_measuring_and_names_its_command(tmp_path, monkeypatch):
     """A device probe's run folder exists (meta.json, not finished) before it measures; without OUT_DIR, none."""
     monkeypatch.setattr(sys, "argv", [".device/probe.py"])
