@@ -6,8 +6,8 @@
    of minutes); with one, the same command sweeps full GPT-OSS sizes against measured ceilings.
 2. 05_compare: per op, this run against the committed run sharing the most points with it, a run of the same
    GPU first (on a GPU running the shipped specs, its runs under results/, else the H100's). A CPU run shares
-   none (interpreter sizes), so the
-   notebook's defaults compare two committed H100 runs instead, and the job says so.
+   none (interpreter sizes), so the notebook's defaults compare two committed H100 runs instead, and the job
+   says so.
 3. 01_roofline: datasheet H100 without a GPU; on a GPU this machine with the run's measured ceilings and points.
 """
 
