@@ -503,12 +503,14 @@ def cmd_table(args) -> int:
         return 0
     if args.tables_from:
         tables = derive_tables(args.tables_from, args.op, routing=args.routing, layout=args.layout)
-    else:  # the set auto reads on the GPU the run was measured on
-        tm = gpu_tables(run_meta(args.run[0]).get("gpu"))
-        print(f"tables: {tm.__name__} (the set auto reads on {run_meta(args.run[0]).get('gpu')})")
-        tables = getattr(tm, TABLE_NAMES[args.op, args.layout], None)
-        if not tables:
-            raise ValueError(f"{tm.__name__} has no {args.layout} tables for {args.op}")
+    else:  # what auto reads on the GPU the run was measured on: that GPU's set, else the default set
+        gpu = run_meta(args.run[0]).get("gpu")
+        name = TABLE_NAMES[args.op, args.layout]
+        tm = next((m for m in (gpu_tables(gpu), table_set()) if getattr(m, name, None)), None)
+        if tm is None:
+            raise ValueError(f"no measured {args.layout} tables for {args.op}")
+        print(f"tables: {tm.__name__}.{name} (what auto reads on {gpu})")
+        tables = getattr(tm, name)
     df = regret(args.run, tables, args.op, layout=args.layout)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     by = "routing" if args.op == "moe" else "shape"
