@@ -222,7 +222,7 @@ def cmd_compare(args) -> int:
     """Per-point ratio B/A of two runs with each run's p10-p90 noise band, wins and losses marked."""
     import pandas as pd
 
-    from .results import compare_runs, compare_summary, short_config
+    from .results import compare_runs, compare_summary, run_meta, short_config
 
     cmp = compare_runs(args.run_a, args.run_b, min_band=args.min_band)
     if args.op:
@@ -249,7 +249,10 @@ def cmd_compare(args) -> int:
             "verdict": shown["verdict"]})
         table = table.drop(columns=[c for c in ("where", "routing") if table[c].isna().all()])
         print(table.to_string(index=False))
-    print(f"A = {cmp.attrs['run_a']}\nB = {cmp.attrs['run_b']}")
+    gpus = [run_meta(r).get("gpu") or "no GPU" for r in (args.run_a, args.run_b)]
+    print(f"A = {cmp.attrs['run_a']} ({gpus[0]})\nB = {cmp.attrs['run_b']} ({gpus[1]})")
+    if gpus[0] != gpus[1]:
+        print("A and B ran on different GPUs: each ratio is the GPU's effect as much as the code's")
     print(compare_summary(cmp))
     return 0
 

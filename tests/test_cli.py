@@ -219,11 +219,13 @@ def _two_runs(tmp_path):
 
 
 def test_compare_runs_and_sql_commands(tmp_path, capsys):
+    from labkit.runs import open_run
+
     a, b = _two_runs(tmp_path)
     assert main(["compare", str(a), str(b), "--csv", str(tmp_path / "c.csv")]) == 0
     out = capsys.readouterr().out
     assert "3 points in both runs" in out and "1 wins, 0 losses, 2 within noise" in out
-    assert "10 [9.9-10.1]" in out and "N=64" in out
+    assert "10 [9.9-10.1]" in out and "N=64" in out and "different GPUs" not in out
     assert main(["compare", str(a), str(b), "--changes"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert [r.split()[-1] for r in rows[1:-3]] == ["win"]  # header, the win, then A =, B = and the summary
@@ -239,6 +241,10 @@ def test_compare_runs_and_sql_commands(tmp_path, capsys):
     assert "cublas_bf16" in out and "vs_baseline" in out and "lm_head" in out
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+    open_run(b).update_meta(gpu="NVIDIA H200")  # a comparison across GPUs says so
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"B = {b.name} (NVIDIA H200)" in out and "A and B ran on different GPUs" in out
 
 
 @pytest.mark.parametrize("argv, expect", [
