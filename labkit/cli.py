@@ -485,9 +485,9 @@ def cmd_table(args) -> int:
         if not args.linear and not args.moe:
             raise ValueError("give --linear RUN and/or --moe RUN")
         spec = get_gpu(args.gpu) if args.gpu else None
-        for run in (args.linear or []) + (args.moe or []):  # a GPU's own set is fitted to that GPU's runs
+        for run in (args.linear or []) + (args.moe or []) if spec else ():  # a GPU's set: that GPU's runs only
             gpu = run_meta(run).get("gpu") or ""
-            if spec and match_gpu(gpu) != spec:
+            if match_gpu(gpu) != spec:
                 raise ValueError(f"{run} was measured on {gpu or 'no GPU'}, not on the GPU this set is for "
                                  f"({spec.name})")
         tm = table_set(spec.key if spec else None)

@@ -13,7 +13,6 @@ merely reading its weights once, launches included. `./lab readfloor` measures t
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from kernels._triton import tl, triton
+
+from .results import run_meta
 
 #: int32 words per program (16 KB): the fastest tile of the probe's three (2048, 4096, 8192) over 1 GiB
 TILE = 4096
@@ -103,7 +104,7 @@ def newest(paths: Iterable[Path], gpus: Iterable[str]) -> tuple[str, pd.DataFram
     one-launch rows of read_call's tile."""
     gpus = set(gpus)
     for p in sorted((Path(p) for p in paths), key=lambda p: p.name, reverse=True):
-        if not (p / FILE).is_file() or json.loads((p / "meta.json").read_text()).get("gpu") not in gpus:
+        if not (p / FILE).is_file() or run_meta(p).get("gpu") not in gpus:
             continue
         df = pd.read_csv(p / FILE)
         if "launches" in df:

@@ -211,7 +211,7 @@ def list_runs(root: str | Path | Iterable[str | Path] | None = None) -> pd.DataF
     paths = find_runs(root) if root is None or isinstance(root, (str, Path)) else [Path(p) for p in root]
     rows = []
     for p in paths:
-        meta = json.loads((p / "meta.json").read_text())
+        meta = run_meta(p)
         pts = PointStore(p).read()
         status = pts["status"].value_counts() if len(pts) else pd.Series(dtype=int)
         ops = pts["op"].value_counts() if len(pts) else pd.Series(dtype=int)

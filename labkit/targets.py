@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 from .readfloor import newest
-from .results import BASELINES, find_runs, lossy, read_runs, resolve_run, short_config
+from .results import BASELINES, find_runs, lossy, read_runs, resolve_run, run_meta, short_config
 from .tables import full_config, runnable
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
@@ -142,7 +142,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     substring of the GPU name to judge (default the GPU of the newest run with measured ceilings). Points
     never measured have met = None."""
     paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
-    metas = {p: json.loads((p / "meta.json").read_text()) for p in paths}
+    metas = {p: run_meta(p) for p in paths}
     metas = {p: m for p, m in metas.items() if not env_override(m)}
     paths = list(metas)
     if gpu is None:
