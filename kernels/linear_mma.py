@@ -589,92 +589,6 @@ if gluon is not None:
         return warpgroup_mma_wait(0, deps=[acc])
 
     @gluon.jit
-    def _g_slot_buffers(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr, STAGES: gl.constexpr):
-        """STAGES shared-memory buffers of one shape, each its own allocation (a tuple): Triton's barrier pass
-        then tells a slot's TMA writes from another slot's reads (slots of one [STAGES, ...] allocation alias)."""
-        if STAGES == 2:
-            r = (gl.allocate_shared_memory(dtype, shape, layout), gl.allocate_shared_memory(dtype, shape, layout))
-        elif STAGES == 3:
-            r = (gl.allocate_shared_memory(dtype, shape, layout), gl.allocate_shared_memory(dtype, shape, layout),
-                 gl.allocate_shared_memory(dtype, shape, layout))
-        else:
-            r = (gl.allocate_shared_memory(dtype, shape, layout), gl.allocate_shared_memory(dtype, shape, layout),
-                 gl.allocate_shared_memory(dtype, shape, layout), gl.allocate_shared_memory(dtype, shape, layout))
-        return r
-
-    @gluon.jit
-    def _g_slot_issue(w, s, x, bar, wdesc, sdesc, xdesc, g0, m0, c, steps, CHUNKS: gl.constexpr, WEIGHTS: gl.constexpr,
-                      X: gl.constexpr):
-        """SLOTS: step c's weight boxes (WEIGHTS: with the mbarrier's byte count) and x box (X) into one slot's
-        buffers, on its mbarrier; nothing past the last step."""
-        live = c < steps
-        if WEIGHTS:
-            mbarrier.expect(bar, w.shape[0] * CHUNKS * (1024 + 64) + x.shape[0] * x.shape[1] * 2, pred=live)
-            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, w, pred=live)
-            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, s, pred=live)
-        if X:
-            tma.async_copy_global_to_shared(xdesc, [m0, c * (CHUNKS * 128)], bar, x, pred=live)
-
-    @gluon.jit
-    def _g_slot_step(acc, w, s, x, bar, wn, sn, xn, barn, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                     STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr):
-        """SLOTS: step c from its slot's buffers (w, s, x, bar), step c + STAGES - 1 issued into the previous
-        step's slot (wn, sn, xn, barn) after the one CTA barrier that says every warp is done reading it."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
-        CHUNKS: gl.constexpr = w.shape[1]
-        gl.thread_barrier()
-        _g_slot_issue(wn, sn, xn, barn, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, CHUNKS, True, True)
-        mbarrier.wait(bar, (c // STAGES) & 1)
-        v = w._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
-        sc = s._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
-            1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-        wd = _g_decode_step(v, sc, SMAX, NIB)
-        acc = warpgroup_mma(gl.convert_layout(wd, A_L, assert_trivial=True), x.permute((1, 0)), acc, is_async=True)
-        return warpgroup_mma_wait(0, deps=[acc])
-
-    @gluon.jit
-    def _g_slots_loop(acc, wdesc, sdesc, xdesc, g0, m0, KW, SMAX, CHUNKS: gl.constexpr, STAGES: gl.constexpr,
-                      LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr, NIB: gl.constexpr, EARLY: gl.constexpr,
-                      BM: gl.constexpr, SX: gl.constexpr):
-        """_g_wg_tma_loop (TMA=2) with each ring slot its own allocation and the loop unrolled by STAGES, so each
-        step's slots are known at compile time: one CTA barrier per step instead of six."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
-        steps = gl.cdiv(KW, CHUNKS * 16)
-        WL: gl.constexpr = wdesc.layout
-        SL: gl.constexpr = sdesc.layout
-        BL: gl.constexpr = mbarrier.MBarrierLayout()
-        ws = _g_slot_buffers(gl.int32, [BLOCK_N // 16, CHUNKS, 256], WL, STAGES)
-        ss = _g_slot_buffers(gl.uint8, [CHUNKS, BLOCK_N // 16, 64], SL, STAGES)
-        xs = _g_slot_buffers(gl.float16, [BM, 128 * CHUNKS], SX, STAGES)
-        bs = _g_slot_buffers(gl.int64, [1], BL, STAGES)
-        for q in gl.static_range(STAGES):
-            mbarrier.init(bs[q], count=1)
-        fence_async_shared()
-        gl.thread_barrier()
-        for q in gl.static_range(STAGES - 1):
-            _g_slot_issue(ws[q], ss[q], xs[q], bs[q], wdesc, sdesc, xdesc, g0, m0, q, steps, CHUNKS, True, not EARLY)
-        if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
-            _g_pdl_enter()
-            for q in gl.static_range(STAGES - 1):
-                _g_slot_issue(ws[q], ss[q], xs[q], bs[q], wdesc, sdesc, xdesc, g0, m0, q, steps, CHUNKS, False, True)
-        rounds = steps // STAGES
-        for r in range(rounds):
-            for q in gl.static_range(STAGES):
-                acc = _g_slot_step(acc, ws[q], ss[q], xs[q], bs[q], ws[(q + STAGES - 1) % STAGES],
-                                   ss[(q + STAGES - 1) % STAGES], xs[(q + STAGES - 1) % STAGES],
-                                   bs[(q + STAGES - 1) % STAGES], wdesc, sdesc, xdesc,
-                                   g0, m0, r * STAGES + q, steps, SMAX, STAGES, LW, A_L, SW, NIB)
-        for q in gl.static_range(STAGES - 1):
-            if rounds * STAGES + q < steps:
-                acc = _g_slot_step(acc, ws[q], ss[q], xs[q], bs[q], ws[(q + STAGES - 1) % STAGES],
-                                   ss[(q + STAGES - 1) % STAGES], xs[(q + STAGES - 1) % STAGES],
-                                   bs[(q + STAGES - 1) % STAGES], wdesc, sdesc, xdesc,
-                                   g0, m0, rounds * STAGES + q, steps, SMAX, STAGES, LW, A_L, SW, NIB)
-        for q in gl.static_range(STAGES):
-            mbarrier.invalidate(bs[q])
-        return acc
-
-    @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
@@ -773,8 +687,7 @@ if gluon is not None:
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
-                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SLOTS: gl.constexpr = False):
+                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -788,10 +701,7 @@ if gluon is not None:
         xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-        if SLOTS:
-            acc = _g_slots_loop(acc, wdesc, sdesc, xdesc, g0, m0, K // 8, SMAX, CHUNKS, STAGES, LW, A_L, SW, NIB, EARLY,
-                                BLOCK_M, SX)
-        elif TMA:
+        if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
                                  A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH)
         else:
@@ -820,7 +730,7 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
                    SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
-                   tw_ptr=None, ts_ptr=None, SLOTS: gl.constexpr = False):
+                   tw_ptr=None, ts_ptr=None):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
@@ -840,7 +750,7 @@ if gluon is not None:
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
                             xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
-                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SLOTS=SLOTS)
+                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -910,8 +820,6 @@ def wgmma_reason(cfg: dict) -> str | None:
     if cfg.get("TAIL") and (c != 1 or not (cfg.get("TMA") == 2 or (ring_w and not cfg.get("TMA")))):
         return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1), landed by TMA (TMA=2) "
                 "or by the cp.async ring's copies (RING_W without TMA)")
-    if cfg.get("SLOTS") and (cfg.get("TMA") != 2 or cfg.get("TAIL") or not 2 <= cfg["STAGES"] <= 4):
-        return "SLOTS is TMA=2's ring (no TAIL) of 2-4 slots, each its own allocation"
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -1043,7 +951,7 @@ def tail_descriptors(p, NG: int):
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
                  WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
-                 STEP_MAJOR=False, SLOTS=False):
+                 STEP_MAJOR=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -1102,7 +1010,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               SLOTS=bool(SLOTS), num_warps=num_warps, **reg_cap(MAXNREG),
+                               num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
