@@ -483,10 +483,11 @@ def _moe_tc_kernel(a_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gat
 
 
 @triton.jit
-def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, BLOCK_H: tl.constexpr):
-    """out[t] = fp32 sum of token t's TOPK rows of y, in slot order. The rows' positions are read before the
-    PDL wait: route wrote them, and every launch since waited for the one before it before letting its
-    successor start."""
+def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, BLOCK_H: tl.constexpr,
+                    SPLITS: tl.constexpr = 1, SLICE=0):
+    """out[t] = fp32 sum of token t's TOPK rows of y, in slot order (SPLITS > 1: of each slot's SPLITS rows,
+    SLICE elements apart, in slice order). The rows' positions are read before the PDL wait: route wrote them,
+    and every launch since waited for the one before it before letting its successor start."""
     t = tl.program_id(0)
     kk = tl.arange(0, TOPK_P2)
     pos = tl.load(inv_ptr + t * TOPK + kk, mask=kk < TOPK, other=0).to(tl.int64)
@@ -496,7 +497,8 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, TOPK_P2: tl.
     acc = tl.zeros((BLOCK_H,), tl.float32)
     for j in tl.static_range(TOPK):
         row = tl.sum(tl.where(kk == j, pos, 0))
-        acc += tl.load(y_ptr + row * H + rh, mask=hm, other=0.0).to(tl.float32)
+        for q in tl.static_range(SPLITS):
+            acc += tl.load(y_ptr + q * SLICE + row * H + rh, mask=hm, other=0.0).to(tl.float32)
     tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
 
 
@@ -506,11 +508,13 @@ class MoESlots:
     mlp2 row times its gate weight in expert-sorted order, and inverse [T*k] int32 (the row of slot t*k + j).
     Token t's output is the fp32 sum of its k rows rounded to bf16: combine() launches exactly that, and
     kernels.add_rms_norm accepts it as its residual and sums inside its own launch instead (decode saves
-    one launch per layer)."""
+    one launch per layer). splits > 1 (moe_mma's SPLITK2 without ATOMIC, combine() only): rows holds that many
+    [T*k, H] fp32 blocks, each K slice's shares, which combine() adds in slice order."""
 
     rows: torch.Tensor
     inverse: torch.Tensor
     top_k: int
+    splits: int = 1
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -523,7 +527,9 @@ class MoESlots:
         if T:
             _combine_kernel[(T, triton.cdiv(H, 1024))](self.rows, self.inverse, out, H, TOPK=self.top_k,
                                                        TOPK_P2=triton.next_power_of_2(self.top_k),
-                                                       BLOCK_H=1024, **pdl_launch(inner=True))
+                                                       BLOCK_H=1024, SPLITS=self.splits,
+                                                       SLICE=self.rows.shape[0] // self.splits * H,
+                                                       **pdl_launch(inner=True))
         return out
 
 

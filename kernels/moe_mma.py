@@ -169,8 +169,9 @@ def _epilogue(acc_a, acc_b, j, J0, rm, end, tok, bias_a, bias_b, out_ptr, N, OUT
                          mask=ymask)
             else:
                 tl.atomic_add(dst, v, mask=ymask, sem="relaxed")
-        else:
-            tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], v, mask=ymask)
+        else:  # in out's type: bf16 rows, or fp32 shares of SPLITK2's slices (summed by the combine)
+            tl.store(out_ptr + rm[None, :].to(tl.int64) * N + j[:, None], (y * tok).to(out_ptr.dtype.element_ty),
+                     mask=ymask)
 
 
 @triton.jit
@@ -179,13 +180,13 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, TILED: tl.constexpr,
                   LOGICAL: tl.constexpr, NIB: tl.constexpr, chain_ptr, TILES, NEED, CHAIN: tl.constexpr,
                   ATOMIC: tl.constexpr = False, SPLITK: tl.constexpr = 1, KS=0, PERSIST: tl.constexpr = False,
-                  NT=0, ticket_ptr=None, TICKET: tl.constexpr = False):
+                  NT=0, ticket_ptr=None, TICKET: tl.constexpr = False, SLICE=0):
     """moe_mma's steps in plain Triton (the interpreter path): same words, decode, K order and epilogue
     (LOGICAL: x and act in logical K order, as WGMMA reads them; CHAIN: the counters as the WGMMA kernel;
     ATOMIC: mlp2 adds into the layer output, as the WGMMA kernel; SPLITK: program_id(1) is the N tile times
     SPLITK plus the K slice, as the WGMMA kernel's program_id(0); PERSIST: a grid of programs each taking every
     num_programs-th of the routing's tiles' NT programs' work, as the WGMMA kernel's; TICKET: after the first,
-    the next item by ticket, kernels.sync.take_item)."""
+    the next item by ticket, kernels.sync.take_item; SLICE: as the WGMMA kernel's)."""
     if PERSIST:
         total = tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M) * NT
         w = tl.program_id(0)
@@ -198,6 +199,8 @@ def _moe_mma_twin(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate
             else:
                 w += tl.num_programs(0)
     else:
+        if SPLITK > 1 and not ATOMIC:  # the slice's own rows of out
+            out_ptr += tl.program_id(1) % SPLITK * SLICE
         _twin_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW,
                    TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N, CHUNKS, TILED,
                    LOGICAL, NIB, chain_ptr, TILES, NEED, CHAIN, ATOMIC, SPLITK, KS, tl.program_id(0),
@@ -604,7 +607,7 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -626,7 +629,9 @@ if gluon is not None:
         grid of programs each doing every num_programs-th of the routing's tile_count * NT programs' work (NT:
         a token tile's programs), N tiles fastest, instead of one program per slot of the worst-case grid;
         TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more).
-        TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert)."""
+        TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
+        SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
+        combine sums the slices in order)."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -654,6 +659,8 @@ if gluon is not None:
                 _g_pdl_enter()
             live = total > gl.program_id(0)
         else:  # N tiles vary fastest: an x tile and an expert's weights stay in L2
+            if SPLITK > 1 and not ATOMIC:  # the slice's own rows of out
+                out_ptr += gl.program_id(0) % SPLITK * SLICE
             live = _g_wg_item(x_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                               OUTW, TOPK, alpha, limit, act_scale, SMAX, E, WE, SE, PHASE, EP, BLOCK_M, BLOCK_N,
                               CHUNKS, TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr,
@@ -710,7 +717,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
     its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
-    expert-sorted position (TMA=2, read as boxes only), not per token."""
+    expert-sorted position (TMA=2, read as boxes only), not per token. mlp2 runs cfg's SPLITK2 K slices (the
+    caller passes 1 where they have nowhere to meet): by ATOMIC's additions, or each into its own rows of out."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -718,11 +726,12 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
     step = 128 * cfg["CHUNKS"]
     steps = -(-K // step)
-    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 and cfg.get("ATOMIC") else 1
+    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 else 1
     # whole steps a slice, the last taking the rest; with TAIL the slices share K's whole steps and the last adds
     # the half chunk (2880: 11 + 11.5 steps, not 12 + 10.5)
     whole = K // step if cfg.get("TAIL") else steps
-    splits = dict(SPLITK=split, KS=-(-whole // split) * step if split > 1 else 0)
+    splits = dict(SPLITK=split, KS=-(-whole // split) * step if split > 1 else 0,
+                  SLICE=r.sorted.numel() * N if split > 1 and not cfg.get("ATOMIC") else 0)
     grid = (tile_slots(r, BM), triton.cdiv(N // 2 if phase == 1 else N, cols) * split)
     chained = dict(chain_ptr=r.offsets if chain is None else chain, TILES=grid[0], NEED=need, CHAIN=chain is not None)
     nt = grid[1]  # a token tile's programs
@@ -837,9 +846,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     piece and the programs running together read neighbouring pieces; the interpreter reads the tiled copy. ATOMIC
     (WGMMA; with combine only): mlp2 adds its gate-weighted bf16 rows into the layer output by atomics (x_to_f16's
     launch zeroes it), so no combine launch follows mlp2; the order of a token's k additions varies from run to run,
-    and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2 (with ATOMIC): mlp2's K in SPLITK2
-    slices of whole steps, each its own program adding its share (slice 0 with the bias), so mlp2's programs, which
-    end the layer, are 1 / SPLITK2 as long; without the combine it is ignored, as ATOMIC. PERSIST1 (WGMMA):
+    and each rounds to bf16 (the combine sums in fp32 and rounds once). SPLITK2: mlp2's K in SPLITK2 slices of
+    whole steps, each its own program (slice 0 adds the bias), so mlp2's programs, which end the layer, are
+    1 / SPLITK2 as long; with ATOMIC each adds its share into the output, without it each stores its fp32 shares
+    in rows of its own that the combine sums in slice order (deterministic, one launch more); without the combine
+    it is ignored. PERSIST1 (WGMMA):
     mlp1's grid is that many programs per SM, each doing every grid-th of the routing's programs' work in order,
     instead of one program per slot of the worst-case grid: no spare programs to dispatch, and mlp2's PDL launch
     (which waits for every mlp1 program to start) comes at mlp1's start, so mlp2's programs take the slots mlp1's
@@ -880,10 +891,15 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     if S == 0:
         return torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
     atomic = bool(ATOMIC and combine)
-    y = torch.empty((T, H) if atomic else (S, H), device=x.device, dtype=torch.bfloat16)
+    # SPLITK2's slices meet by ATOMIC's additions, or (with the combine) each stores fp32 shares in its own rows
+    split = min(int(SPLITK2 or 1), -(-I // step)) if combine else 1
+    if atomic:
+        y = torch.empty((T, H), device=x.device, dtype=torch.bfloat16)
+    else:
+        y = torch.empty((S * split, H), device=x.device, dtype=torch.float32 if split > 1 else torch.bfloat16)
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
-               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=SPLITK2,
+               XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
                PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
@@ -901,7 +917,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
              "TAIL": tail2}, chain, need)
     if atomic:
         return y
-    slots = MoESlots(y, r.inverse, r.top_k)
+    slots = MoESlots(y, r.inverse, r.top_k, splits=split)
     return slots.combine() if combine else slots
 
 
@@ -975,11 +991,11 @@ def _rule_rows2(cfg, problem):
 
 
 def _rule_splitk2(cfg, problem):
-    """SPLITK2 slices mlp2's K into programs whose shares meet in the output by ATOMIC's additions; the slices
-    start at pointers moved along the cp.async ring's copies (RING_W, not TMA's boxes)."""
+    """SPLITK2 slices mlp2's K into programs whose shares meet in the output (ATOMIC's additions) or in the
+    combine; the slices start at pointers moved along the cp.async ring's copies (RING_W, not TMA's boxes)."""
     if (cfg.get("SPLITK2") or 1) == 1:
         return None
-    for opt in ("WGMMA", "ATOMIC", "RING_W"):
+    for opt in ("WGMMA", "RING_W"):
         if not cfg.get(opt):
             return f"SPLITK2 needs {opt}"
     if cfg.get("TMA"):

@@ -767,7 +767,8 @@ def test_moe_mma_splitk2_adds_its_slices(device):
     and slice 0 the bias. Its bits differ from the combine's by the extra bf16 roundings of the shares (about
     0.5% here), so it is held to the reference and to the combine's output within 1%; b2 is made large (~5, the
     outputs ~20) so that a slice lost, repeated or given the bias twice moves it by 10% or more. mlp2's K here is
-    160, two steps: 3 slices are capped at 2. Without ATOMIC, or with TMA, the config is refused."""
+    160, two steps: 3 slices are capped at 2. With TMA the config is refused; without ATOMIC the slices meet in
+    the combine (the next test)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True,
            "ATOMIC": True}
     (w1, b1, w2, b2), x, r, ref = odd_layer(19, 37, 6, device)
@@ -783,8 +784,32 @@ def test_moe_mma_splitk2_adds_its_slices(device):
         assert rel_err(K.moe_mxfp4(x, r, *dw[:3], b2, variant="moe_mma", **c), ref) < TOL, extra
     v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
     assert v.reason({**v.defaults, **cfg, "SPLITK2": 2}, problem) is None
-    assert "needs ATOMIC" in v.reason({**v.defaults, **cfg, "ATOMIC": False, "SPLITK2": 2}, problem)
+    assert v.reason({**v.defaults, **cfg, "ATOMIC": False, "SPLITK2": 2}, problem) is None
+    assert "needs RING_W" in v.reason({**v.defaults, **cfg, "RING_W": False, "SPLITK2": 2}, problem)
     assert "TMA" in v.reason({**v.defaults, **cfg, "TMA": True, "SPLITK2": 2}, problem)
+
+
+def test_moe_mma_splitk2_without_atomic_sums_its_slices_in_order(device):
+    """SPLITK2 without ATOMIC: each K slice of mlp2 stores its fp32 shares in rows of its own and the combine
+    adds them in slice order, so the bits repeat from call to call (no atomics) and sit within 1% of the
+    unsliced layer, whose rows round to bf16 before the combine (here they do not); b2 is made large (~5, the
+    outputs ~20) so that a slice lost, repeated or given the bias twice moves the output by 10% or more. Without
+    the combine (MoESlots for add_rms_norm) the slices are not run: the unsliced rows come back."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
+    (w1, b1, w2, b2), x, r, ref = odd_layer(19, 37, 6, device)
+    dw = (w1, b1, w2, b2 * 50)
+    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
+                  {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True},
+                  {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
+        c = {**cfg, **extra}
+        want = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", SPLITK2=2, **c)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", SPLITK2=2, **c), y), extra
+        assert not torch.equal(y, want), extra  # the rows were not rounded: the slices ran
+        assert rel_err(y, want.float().cpu()) < 1e-2, extra
+        assert rel_err(K.moe_mxfp4(x, r, *dw[:3], b2, variant="moe_mma", SPLITK2=2, **c), ref) < TOL, extra
+        slots = K.moe_mxfp4(x, r, *dw, variant="moe_mma", combine=False, SPLITK2=2, **c)
+        assert slots.splits == 1 and torch.equal(slots.combine(), want), extra
 
 
 def test_moe_mma_persistent_grids_do_every_program_once(device):
@@ -981,14 +1006,16 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                    "WAIT_LATE": 2, "TICKET1": True},
                                   {"CHAIN": True, "HALF": True, "WAIT_LATE": 2},
                                   {"TMA": 2, "CHAIN": True, "WAIT_LATE": 2},
-                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True}])
+                                  {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True},
+                                  {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
     replays must give the eager call's bits (without the options), so the captured descriptors point at buffers
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
     and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; TICKET1: its counter back
-    at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order, within 1%)."""
+    at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order (ATOMIC) or are summed in
+    fp32 (without it), within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
