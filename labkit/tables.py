@@ -88,7 +88,8 @@ def config_layout(config: str) -> str:
 
 
 #: options auto never takes: STEP_MAJOR reads a second copy of the weights (prepare.step_major, made on first use),
-#: ATOMIC adds mlp2's rows in whatever order they land, so the last bits vary from run to run (SPLITK2 needs it)
+#: ATOMIC adds mlp2's rows in whatever order they land, so the last bits vary from run to run (SPLITK2 without it
+#: stores its slices apart and the combine sums them in order: auto may take that)
 OPT_IN = ("STEP_MAJOR", "ATOMIC")
 
 

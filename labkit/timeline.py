@@ -85,7 +85,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
     """Weight bytes one mlp1 / mlp2 program of a moe_mma config streams: its rows (16 * ROWS * num_warps; mlp2's
-    ROWS2 when set) times its K (mlp2's divided among SPLITK2's slices), at 17/32 byte a weight (an E2M1 nibble plus
+    ROWS2 when set) times its K (mlp2's divided among SPLITK2's slices: the layer runs them with its combine or
+    ATOMIC, as the timeline's calls do), at 17/32 byte a weight (an E2M1 nibble plus
     an E8M0 byte per 32). mlp2t: the half-height second mlp2 launch of TAIL2, an option measured and removed in stop
     47, kept so that its stored timelines (results/20261127T102915-h100-80gb-hbm3-moe-timeline-tail2) still
     summarize."""
@@ -96,7 +97,7 @@ def program_bytes(config: dict, hidden: int, intermediate: int) -> dict:
         raise ValueError("PERSIST1's mlp1 programs do several tiles' work each: no bytes per program")
     rows1 = 16 * full["ROWS"] * full["num_warps"]
     rows2 = 16 * (full["ROWS2"] or full["ROWS"]) * full["num_warps"]
-    split = (full.get("SPLITK2") or 1) if full.get("ATOMIC") else 1
+    split = full.get("SPLITK2") or 1
     return {"mlp1": rows1 * hidden * 17 / 32, "mlp2": rows2 * intermediate * 17 / 32 / split,
             "mlp2t": rows2 // 2 * intermediate * 17 / 32}
 

@@ -88,14 +88,14 @@ def test_stream_loss_of_known_programs():
 
 def test_program_bytes_follow_the_config():
     """mlp1 programs stream 16 * ROWS * num_warps rows of K = hidden, mlp2's ROWS2 rows when set (TAIL2's mlp2t
-    half of them), 17/32 byte each; SPLITK2's mlp2 programs (with ATOMIC) a slice of that K; persistent grids
-    have no such figure and are refused."""
+    half of them), 17/32 byte each; SPLITK2's mlp2 programs a slice of that K (with ATOMIC or without);
+    persistent grids have no such figure and are refused."""
     b = timeline.program_bytes({"ROWS": 2, "ROWS2": 1, "num_warps": 4}, 2880, 2880)
     assert b == {"mlp1": 128 * 2880 * 17 / 32, "mlp2": 64 * 2880 * 17 / 32, "mlp2t": 32 * 2880 * 17 / 32}
     assert timeline.program_bytes({"ROWS": 1, "num_warps": 4}, 64, 32)["mlp2"] == 64 * 32 * 17 / 32
     split = {"ROWS": 1, "num_warps": 4, "SPLITK2": 2}
     assert timeline.program_bytes({**split, "ATOMIC": True}, 64, 32)["mlp2"] == 32 * 32 * 17 / 32
-    assert timeline.program_bytes(split, 64, 32)["mlp2"] == 64 * 32 * 17 / 32  # without ATOMIC, ignored
+    assert timeline.program_bytes(split, 64, 32)["mlp2"] == 32 * 32 * 17 / 32  # slices stored apart
     with pytest.raises(ValueError, match="no bytes per program"):  # a persistent program does several tiles
         timeline.program_bytes({"ROWS": 1, "num_warps": 4, "PERSIST1": 4}, 64, 32)
 
