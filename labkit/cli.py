@@ -148,7 +148,7 @@ def cmd_targets(args) -> int:
 
     from .targets import judge, markdown, summary, targets_chart
 
-    judged = judge(args.runs, gpu=args.gpu)
+    judged = judge(args.runs, gpu=args.gpu, opt_in_ok=not args.no_opt_in)
     if args.json:
         print(judged.to_json(orient="records", indent=2))
     elif args.markdown:
@@ -162,15 +162,19 @@ def cmd_targets(args) -> int:
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
                              goal=judged["goal"].map("{:.0%}".format),
-                             met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}))
+                             met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}),
+                             auto=judged["opt_in"].map({True: "opt-in"}).fillna(""))
         print("value: the best single measurement; median: the best median of any config measured at least twice "
-              "there (n: its measurements over runs and rounds)")
+              "there (n: its measurements over runs and rounds); auto: opt-in where that best config takes an "
+              "option variant='auto' never picks (labkit.tables.OPT_IN)")
+        if args.no_opt_in:
+            print("--no-opt-in: only configs variant='auto' may pick are judged")
         read = judged.attrs.get("read_run")
         if read:
             print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read})")
         for name, g in show.groupby("target", sort=False):
             print(f"\n{name}")
-            cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "run_id"]
+            cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "auto", "run_id"]
             if read and g["x_read"].notna().any():
                 cols.insert(6, "x_read")
             g = g.rename(columns={"repeats": "n"})[cols]
@@ -635,6 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print one Markdown table")
     p.add_argument("--json", action="store_true")
     p.add_argument("--chart", metavar="PATH", help="also write the chart there (PATH.html, and .png if possible)")
+    p.add_argument("--no-opt-in", action="store_true",
+                   help="judge only configs variant='auto' may pick (none with labkit.tables.OPT_IN's options)")
     p.set_defaults(func=cmd_targets)
 
     p = sub.add_parser("readfloor", help="time a plain read of each judged memory-bound point's bytes on this GPU "

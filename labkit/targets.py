@@ -21,7 +21,9 @@ the spread is not a result).
 A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the
 configs of options measured and later removed (PERSIST, SLICES, BACKOFF), and a target is met by the code as
 it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
-are for the MXFP4 kernels at bf16 accuracy.
+are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
+(labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked
+(`opt_in`): a user reaches that time by naming the config, not through auto.
 
 Each point also shows `x_read`, its best time over a plain read of its bytes (labkit.readfloor) at the rate the
 newest read-floor run on that GPU measured there: how far the kernel is from merely reading its weights once,
@@ -45,7 +47,7 @@ import pandas as pd
 
 from .readfloor import newest
 from .results import BASELINES, find_runs, lossy, read_runs, resolve_run, run_meta, short_config
-from .tables import full_config, runnable
+from .tables import full_config, opt_in, runnable
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
 MOE_MODELS = ("gpt-oss-120b", "gpt-oss-20b")
@@ -134,13 +136,14 @@ def default_gpu(metas: Iterable[dict]) -> str | None:
 
 
 def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
-          targets: Iterable[Target] = TARGETS) -> pd.DataFrame:
+          targets: Iterable[Target] = TARGETS, opt_in_ok: bool = True) -> pd.DataFrame:
     """One row per (target, problem, token count): the best measured variant there, its metric against the
     most demanding ceilings of the runs (see the module docstring), the goal, and whether it is met.
 
     runs: run folders or ids (default every run under results/; env_override runs are left out); gpu: a
-    substring of the GPU name to judge (default the GPU of the newest run with measured ceilings). Points
-    never measured have met = None."""
+    substring of the GPU name to judge (default the GPU of the newest run with measured ceilings); opt_in_ok:
+    False leaves out configs with an option auto never picks (what variant="auto" can reach). Points never
+    measured have met = None."""
     paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
     metas = {p: run_meta(p) for p in paths}
     metas = {p: m for p, m in metas.items() if not env_override(m)}
@@ -166,12 +169,14 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
         if t.routing is not None:
             sel = sel[sel["routing"] == t.routing]
         lab = sel[~sel["variant"].isin(BASELINES) & ~sel["variant"].map(lossy).astype(bool)]  # judged at bf16 accuracy
+        if not opt_in_ok:
+            lab = lab[~lab["config"].map(opt_in).astype(bool)]
         for problem in t.problems:
             for m in t.tokens:
                 pts = lab[(lab["problem"] == problem) & (lab["m"] == m)]
                 row = {"target": t.name, "issue": t.issue, "problem": problem, "m": m, "goal": t.goal,
                        "variant": None, "config": None, "us": None, "bytes": None, "flops": None, "value": None,
-                       "met": None, "run_id": None,
+                       "met": None, "run_id": None, "opt_in": None,
                        "runs": int(pts["run_id"].nunique()), "repeats": 0, "median": None, "met_median": None}
                 if len(pts):  # MoE points of different runs (or samples) touch different experts: rank by fraction
                     best = pts.loc[pts["us_graph" if t.metric == "vs_bf16" else "frac_of_floor"].agg(
@@ -187,6 +192,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                                us=float(best["us_graph"]), bytes=float(best["bytes"]), flops=float(best["flops"]),
                                value=value,
                                met=None if pd.isna(value) else bool(value >= t.goal), run_id=best["run_id"],
+                               opt_in=opt_in(best["config"]),
                                repeats=repeats, median=median,
                                met_median=None if median is None or pd.isna(median) else bool(median >= t.goal))
                 rows.append(row)
@@ -237,7 +243,8 @@ def markdown(judged: pd.DataFrame) -> str:
         if r["met"] is None:
             lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | not measured | | | | | {r['goal']:.0%} | | |")
             continue
-        lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | {r['variant']} | {r['us']:.1f} | "
+        best = r["variant"] + (" (opt-in)" if r["opt_in"] else "")
+        lines.append(f"| {r['target']} | {r['problem']} | {r['m']} | {best} | {r['us']:.1f} | "
                      f"{r['value']:.1%} | {'' if pd.isna(r['x_read']) else format(r['x_read'], '.3f')} | "
                      f"{_median_text(r)} | {r['goal']:.0%} | "
                      f"{'yes' if r['met'] else 'no'} | {r['run_id']} |")

@@ -60,6 +60,23 @@ def test_variants_that_quantize_activations_are_left_out(tmp_path):
     assert [r[1] for r in rows] == ["gemv_h2g"]  # (max_m, variant, config)
 
 
+def test_best_configs_auto_never_picks_are_marked_opt_in(tmp_path):
+    """A best config with STEP_MAJOR (a second weight copy) or ATOMIC (run-to-run bits) still counts, marked
+    opt_in: a user reaches that time by naming the config, not through variant="auto"; opt_in_ok=False judges
+    only the configs auto may pick."""
+    wg = {"BLOCK_M": 8, "ROWS": 2, "WGMMA": True, "STAGES": 3, "TILED": True, "RING_W": True}
+    a = _run(tmp_path, "a", [_lm_head(1, 95.0, variant="gemv_mma", config={**wg, "STEP_MAJOR": True}),
+                              _lm_head(1, 100.0, variant="gemv_mma", config=wg),
+                              _lm_head(2, 100.0, variant="gemv_mma", config=wg)], read_gbps=3000.0)
+    out = judge([a], targets=[LM_HEAD])
+    rows = out.set_index("m")
+    assert rows.loc[1, "us"] == 95.0 and rows.loc[1, "opt_in"] is True
+    assert rows.loc[2, "opt_in"] is False and rows.loc[4, "opt_in"] is None  # 4: not measured
+    assert "gemv_mma (opt-in)" in markdown(out)
+    plain = judge([a], targets=[LM_HEAD], opt_in_ok=False).set_index("m")  # what auto can reach
+    assert plain.loc[1, "us"] == 100.0 and plain.loc[1, "opt_in"] is False
+
+
 def test_unmeasured_points_are_listed_and_misses_counted(tmp_path):
     a = _run(tmp_path, "a", [_lm_head(1, 100.0), _lm_head(1, 200.0, variant="gemv"),
                               _lm_head(2, 125.0), _lm_head(4, 90.0, status="incorrect")], read_gbps=3000.0)
