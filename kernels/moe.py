@@ -528,7 +528,8 @@ class MoESlots:
             _combine_kernel[(T, triton.cdiv(H, 1024))](self.rows, self.inverse, out, H, TOPK=self.top_k,
                                                        TOPK_P2=triton.next_power_of_2(self.top_k),
                                                        BLOCK_H=1024, SPLITS=self.splits,
-                                                       SLICE=self.rows.shape[0] // self.splits * H,
+                                                       SLICE=self.rows.shape[0] // self.splits * H
+                                                       if self.splits > 1 else 0,
                                                        **pdl_launch(inner=True))
         return out
 

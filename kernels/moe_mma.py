@@ -717,8 +717,9 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             gathered=False) -> int:
     """Launch mlp1 (phase 1) or mlp2; returns its programs per token tile. chain: CHAIN's counters (mlp1 counts
     its stores into them, mlp2 waits for `need` of them per tile). gathered: x16 holds mlp1's x rows per
-    expert-sorted position (TMA=2, read as boxes only), not per token. mlp2 runs cfg's SPLITK2 K slices (the
-    caller passes 1 where they have nowhere to meet): by ATOMIC's additions, or each into its own rows of out."""
+    expert-sorted position (TMA=2, read as boxes only), not per token. mlp2 runs cfg's SPLITK2 K slices as given
+    (run_moe_mma caps them at K's steps and passes 1 where they have nowhere to meet): by ATOMIC's additions, or
+    each into its own rows of out."""
     E, N, K = p.shape
     BM = cfg["BLOCK_M"]
     BN = 16 * cfg["ROWS"] * cfg["num_warps"]
@@ -726,7 +727,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
     cols = BN // 2 if phase == 1 and compiled_wg else BN  # the compiled WGMMA mlp1 stacks gate and linear rows
     step = 128 * cfg["CHUNKS"]
     steps = -(-K // step)
-    split = min(int(cfg.get("SPLITK2") or 1), steps) if phase == 2 else 1
+    split = int(cfg.get("SPLITK2") or 1) if phase == 2 else 1
     # whole steps a slice, the last taking the rest; with TAIL the slices share K's whole steps and the last adds
     # the half chunk (2880: 11 + 11.5 steps, not 12 + 10.5)
     whole = K // step if cfg.get("TAIL") else steps
