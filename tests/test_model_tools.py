@@ -1,5 +1,6 @@
 """Model instrumentation on the tiny preset: NVTX/profiler ranges, decode profile, parity, divergence finder."""
 
+import dataclasses
 import json
 
 import fake_kernels
@@ -9,8 +10,16 @@ import torch
 
 from labkit.cli import main
 from labkit.model import FAULTS, Backends, GptOss, get_config, nvtx_ranges, synthetic_weights
-from labkit.model.diverge import capture, diverge, divergence_chart, parse_variant
-from labkit.model.parity import final_hidden, lm_head_chart, lm_head_study, logit_metrics, model_parity
+from labkit.model.diverge import Capture, capture, compare, diverge, divergence_chart, parse_variant
+from labkit.model.parity import (
+    agreed_errors,
+    final_hidden,
+    lm_head_chart,
+    lm_head_study,
+    logit_metrics,
+    model_parity,
+    routing_agreement,
+)
 from labkit.model.profile import by_component, component_breakdown, kernel_table, moe_verdict, profile_decode
 
 CFG = get_config("tiny")
@@ -147,6 +156,55 @@ def test_model_parity_reports_per_layer_errors(weights):
     assert list(per_layer.index) == [0, 1, 2, 3] and (per_layer["moe"] > 0).all()
     assert (per_layer["attention"].iloc[0] == 0)  # layer 0 attention runs before any MoE
     assert 0 < w4a8.logits["kl"] < 0.1
+
+
+def test_routing_flips_are_counted_and_left_out_of_the_judged_errors():
+    """A token whose top-k flips differs by O(1) in its gates and MoE rows in two correct models; the
+    agreed-token errors leave it out, and the router row counts it."""
+    gates = torch.tensor([[0.6, 0.4, 0, 0], [0, 0.5, 0.5, 0], [0.7, 0, 0.3, 0], [0, 0, 0.2, 0.8]])
+    flipped = gates.clone()
+    flipped[2] = torch.tensor([0.7, 0, 0, 0.3])  # token 2: expert 3 instead of 2
+    moe = torch.randn(1, 4, 3)
+    moe_b = moe.clone()
+    moe_b[0, 2] += 5.0
+    mlp1 = torch.randn(4, 2, 5)
+    mlp1_b = mlp1.clone()
+    mlp1_b[2] = -mlp1_b[2]
+    a = Capture({(0, "router"): gates, (0, "moe.mlp1"): mlp1, (0, "moe"): moe})
+    b = Capture({(0, "router"): flipped, (0, "moe.mlp1"): mlp1_b, (0, "moe"): moe_b})
+    t = agreed_errors(a, b, compare(a, b)).set_index("component")
+    assert (t["rel_err"] > 0.1).all() and (t["rel_err_agreed"] == 0).all()
+    assert t.loc["router", "flipped"] == 1 and pd.isna(t.loc["moe", "flipped"])
+    assert routing_agreement(a, b, 0).tolist() == [True, True, False, True]
+    assert routing_agreement(a, b, 1) is None
+
+
+def test_profile_parity_judges_layer0_over_agreed_tokens(weights):
+    """256 tokens through a model whose layer-0 attention output projection carries 1% noise (as a bf16
+    kernel against the fp32 reference does): a few near-tie tokens route elsewhere, which made whole-tensor
+    layer-0 errors exceed the limit in correct batch-8 profiles; over the agreed tokens they stay small.
+    Noise in the router's own weights, a wrong router, flips many tokens and is still judged incorrect."""
+    from labkit.model.profile import PARITY_FLIP_TOL, parity_status, parity_summary
+
+    ids = torch.randint(0, CFG.vocab, (8, 32), generator=torch.Generator().manual_seed(0))
+
+    def noisy(name, amount):
+        g = torch.Generator().manual_seed(2)
+        lw = weights.layers[0]
+        w = getattr(lw, name)
+        w = (w.float() * (1 + amount * torch.randn(w.shape, generator=g))).to(w.dtype)
+        layers = [dataclasses.replace(lw, **{name: w})] + weights.layers[1:]
+        return GptOss(CFG, dataclasses.replace(weights, layers=layers))
+
+    ref = GptOss(CFG, weights)
+    near_model = noisy("out_w", 0.01)
+    near = parity_summary(ref, near_model, ids)
+    assert 0 < near["layer0_flipped"] and near["layer0_flipped_share"] <= PARITY_FLIP_TOL
+    assert parity_status(near) == "ok"
+    whole = model_parity(ref, near_model, ids).per_component  # whole tensors: the flipped tokens dominate
+    assert whole[whole["layer"] == 0]["rel_err"].max() > 5 * near["layer0_max_rel_err"]
+    wrong = parity_summary(ref, noisy("gate_w", 1.0), ids)
+    assert wrong["layer0_flipped_share"] > PARITY_FLIP_TOL and parity_status(wrong) == "incorrect"
 
 
 def test_lm_head_study_ranks_formats(weights):

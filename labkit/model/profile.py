@@ -30,12 +30,18 @@ from .nvtx_ranges import COMPONENTS, ranges
 
 #: Top-level components of the breakdown (sub-ranges such as moe.mlp1 roll up into their parent).
 TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_head", "sampling", "other")
-#: Relative logits error above which a kernel backend is recorded as incorrect against its torch reference.
-#: Parity is judged on layer 0, before any routing decision can flip: the kernel backends keep bf16
-#: intermediates where the torch reference keeps fp32 (~0.3% per component on the H100), and that drift later
-#: flips near-tie top-k choices in deep random-weight models, after which layers legitimately differ
-#: (`labkit model diverge ref kernels` shows the first flip). Final-logit metrics are reported alongside.
+#: Relative error of a layer-0 component above which a kernel backend is recorded as incorrect against its
+#: torch reference. Parity is judged on layer 0: the kernel backends keep bf16 intermediates where the torch
+#: reference keeps fp32 (~0.3% per component on the H100, ~1.4% for the tiny model's attention), and that
+#: drift flips near-tie top-k choices in deep random-weight models, after which layers legitimately differ
+#: (`labkit model diverge ref kernels` shows the first flip). Even layer 0's own router flips a few tokens
+#: once a batch holds hundreds (2 of 256 in the tiny model at batch 8, an "incorrect" 120b batch-8 profile
+#: on the H200 before this rule), so the router, MoE and residual are judged over the tokens whose experts
+#: agree, and the flipped tokens are counted: more than PARITY_FLIP_TOL of them is a wrong router, not a tie.
+#: Final-logit metrics are reported alongside.
 PARITY_LAYER0_TOL = 0.02
+#: Share of layer-0 tokens allowed to pick other experts than the reference (near ties; see above).
+PARITY_FLIP_TOL = 0.05
 
 
 def moe_verdict(share: float) -> str:
@@ -216,7 +222,11 @@ class ProfileResult:
                              f"{r.kernel[:70]}")
         if self.parity:
             lines.append(f"  parity vs torch reference: rel. err {self.max_rel_err:.2e}, "
-                         f"top-1 {self.parity['top1_agree']:.0%} -> {self.status}")
+                         f"top-1 {self.parity['top1_agree']:.0%}; layer 0: largest component error "
+                         f"{self.parity['layer0_max_rel_err']:.2e} (limit {PARITY_LAYER0_TOL}), "
+                         f"{self.parity.get('layer0_flipped', 0)} tokens routed elsewhere "
+                         f"({self.parity.get('layer0_flipped_share', 0):.1%}, limit {PARITY_FLIP_TOL:.0%}) "
+                         f"-> {self.status}")
         return "\n".join(lines)
 
     def point(self) -> dict:
@@ -341,7 +351,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
     if check and reference != dataclasses.replace(backends, layout="rows"):  # torch backends ignore the layout
         parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
         rel = parity["rel_err"]
-        status = "ok" if parity["layer0_max_rel_err"] <= PARITY_LAYER0_TOL else "incorrect"
+        status = parity_status(parity)
 
     step_med = statistics.median(step_us)
     return ProfileResult(
@@ -384,16 +394,33 @@ def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) 
 
 
 def _parity_check(model: GptOss, reference: Backends, tokens: torch.Tensor) -> dict:
-    """The profiled backends vs their torch reference (same weights) on a short prompt: final-logit metrics
-    plus the largest relative error of any layer-0 component (what the status is judged on). With layout
-    "tiled" the reference shares the tiled experts (no second copy) and reads them one expert at a time."""
+    """The profiled backends vs their torch reference (same weights) on a short prompt: parity_summary. With
+    layout "tiled" the reference shares the tiled experts (no second copy) and reads them one expert at a time."""
+    ref = GptOss(model.config, model.weights, reference)
+    out = parity_summary(ref, model, tokens)
+    del ref
+    return out
+
+
+def parity_summary(reference: GptOss, model: GptOss, tokens: torch.Tensor) -> dict:
+    """Final-logit metrics of model against reference on tokens [B, T], plus what parity_status judges: the
+    largest relative error of any layer-0 component over the tokens whose layer-0 experts agree, and how many
+    tokens (and what share) picked other experts there."""
     from .parity import model_parity
 
-    ref = GptOss(model.config, model.weights, reference)
-    report = model_parity(ref, model, tokens)
-    del ref
-    layer0 = report.per_component[report.per_component["layer"] == 0]["rel_err"]
-    return {**report.logits, "layer0_max_rel_err": float(layer0.max()) if len(layer0) else 0.0}
+    report = model_parity(reference, model, tokens)
+    layer0 = report.per_component[report.per_component["layer"] == 0]
+    flipped = int(layer0["flipped"].dropna().sum())
+    return {**report.logits,
+            "layer0_max_rel_err": float(layer0["rel_err_agreed"].max()) if len(layer0) else 0.0,
+            "layer0_flipped": flipped,
+            "layer0_flipped_share": flipped / tokens.numel() if tokens.numel() else 0.0}  # layer 0 routes all
+
+
+def parity_status(summary: dict) -> str:
+    """'ok' or 'incorrect' for a parity_summary (PARITY_LAYER0_TOL, PARITY_FLIP_TOL)."""
+    ok = summary["layer0_max_rel_err"] <= PARITY_LAYER0_TOL and summary["layer0_flipped_share"] <= PARITY_FLIP_TOL
+    return "ok" if ok else "incorrect"
 
 
 def _device_name(device: torch.device) -> str:
