@@ -224,7 +224,8 @@ class ProfileResult:
             lines.append(f"  parity vs torch reference: rel. err {self.max_rel_err:.2e}, "
                          f"top-1 {self.parity['top1_agree']:.0%}; layer 0: largest component error "
                          f"{self.parity['layer0_max_rel_err']:.2e} (limit {PARITY_LAYER0_TOL}), "
-                         f"{self.parity.get('layer0_flipped', 0)} tokens routed elsewhere "
+                         f"{self.parity.get('layer0_flipped', 0)} of {self.parity.get('layer0_tokens', '?')} "
+                         f"tokens routed elsewhere "
                          f"({self.parity.get('layer0_flipped_share', 0):.1%}, limit {PARITY_FLIP_TOL:.0%}) "
                          f"-> {self.status}")
         return "\n".join(lines)
@@ -413,7 +414,7 @@ def parity_summary(reference: GptOss, model: GptOss, tokens: torch.Tensor) -> di
     flipped = int(layer0["flipped"].dropna().sum())
     return {**report.logits,
             "layer0_max_rel_err": float(layer0["rel_err_agreed"].max()) if len(layer0) else 0.0,
-            "layer0_flipped": flipped,
+            "layer0_flipped": flipped, "layer0_tokens": tokens.numel(),
             "layer0_flipped_share": flipped / tokens.numel() if tokens.numel() else 0.0}  # layer 0 routes all
 
 
