@@ -39,7 +39,8 @@ def logit_metrics(ref: torch.Tensor, test: torch.Tensor) -> dict:
 @dataclass
 class ParityReport:
     #: step, layer, component, rel_err, max_abs_err, shape; rel_err_agreed (ROUTED components: over the
-    #: tokens whose experts both runs picked in that layer) and flipped (router rows: how many tokens picked other experts)
+    #: tokens whose experts both runs picked in that layer) and flipped (router rows: how many tokens picked
+    #: other experts)
     per_component: pd.DataFrame
     logits: dict  # logit_metrics of the final logits
 
