@@ -80,7 +80,7 @@ def test_moe_verdict_follows_the_seeds_gate():
 
 
 def test_profile_on_cpu_measures_and_breaks_down_decode():
-    r = profile_decode("tiny", prompt=8, decode=3, profile_steps=2)
+    r = profile_decode("tiny", prompt=8, decode=3, profile_steps=2, device="cpu")  # also on a GPU machine
     assert not r.graph and r.device == "cpu" and r.backends == Backends(moe="torch", lm_head="mxfp4-torch")
     assert r.step_us > 0 and r.tok_s == pytest.approx(1e6 / r.step_us) and r.ttft_ms >= r.prefill_ms > 0
     comp = by_component(r.breakdown).set_index("component")
@@ -93,14 +93,14 @@ def test_profile_on_cpu_measures_and_breaks_down_decode():
 
 def test_profile_checks_kernel_backends_against_their_reference(monkeypatch):
     fake_kernels.install(monkeypatch)
-    r = profile_decode("tiny", prompt=8, decode=2, profile_steps=1, moe="triton", lm_head="mxfp4")
+    r = profile_decode("tiny", prompt=8, decode=2, profile_steps=1, moe="triton", lm_head="mxfp4", device="cpu")
     assert r.backends == Backends(moe="triton", lm_head="mxfp4", attention="torch") and not r.graph  # CPU: eager
     assert r.status == "ok" and r.max_rel_err < 0.05 and r.parity["top1_agree"] > 0.9
     assert r.point()["status"] == "ok" and r.point()["variant"] == "moe=triton,lm_head=mxfp4/floor"
 
 
 def test_cli_profile_stores_a_decode_step_run(tmp_path, capsys):
-    assert main(["model", "profile", "--model", "tiny", "--prompt", "8", "--decode", "4", "--out",
+    assert main(["model", "profile", "--model", "tiny", "--prompt", "8", "--decode", "4", "--device", "cpu", "--out",
                  str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "MoE share" in out and "tok/s" in out
