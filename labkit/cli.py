@@ -415,7 +415,8 @@ def cmd_model_diverge(args) -> int:
     report = diverge(args.a, args.b, model=args.model, weights=weights, batch=args.batch, seq=args.seq,
                      seed=args.seed, tol=args.tol, device=device)
     with_layer = report.table.assign(layer=report.table["layer"].astype("string").fillna("-"))
-    print(with_layer[["layer", "component", "rel_err", "max_abs_err"]].to_string(index=False, float_format="%.3g"))
+    cols = ["layer", "component", "rel_err", "rel_err_agreed", "flipped", "max_abs_err"]
+    print(with_layer[cols].to_string(index=False, float_format="%.3g"))
     print(report.summary())
     run = create_run(f"model-diverge-{args.model}", out=args.out, parameters={
         "a": args.a, "b": args.b, "model": args.model, "weights": args.weights, "batch": args.batch,

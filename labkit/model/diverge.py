@@ -4,7 +4,9 @@ Each variant's per-component outputs are captured through the model's hooks (emb
 attention output, the router's dense gate matrix, the MoE's mlp1 (SwiGLU output) and mlp2 per assignment
 where the backend exposes them, the MoE output and the residual stream; then the final norm and the logits)
 and compared in execution order by relative error ||B - A|| / ||A||. The first (layer, component) over the
-tolerance is where to look for the bug: everything before it agrees.
+tolerance is where to look for the bug: everything before it agrees. The router, MoE and residual rows also
+carry their error over the tokens both runs routed alike (`rel_err_agreed`, `flipped`): a few near-tie tokens
+flip under any change of arithmetic, a faulty router flips many.
 
 Variants are written as specs: "ref" (torch attention and MoE, bf16 lm_head), "kernels" (attention_sinks,
 moe_mxfp4, mxfp4_linear),
@@ -124,6 +126,54 @@ def compare(a: Capture, b: Capture) -> pd.DataFrame:
     return df
 
 
+#: Components with rows per token that a flipped expert choice changes by O(1) in that token's rows.
+ROUTED = ("router", "moe.mlp1", "moe.mlp2", "moe", "residual")
+
+
+def routing_agreement(a: Capture, b: Capture, layer: int, ordered: bool = False) -> torch.Tensor | None:
+    """Per token of `layer`: whether both runs picked the same experts (None without both router captures);
+    ordered: in the same slot order too (by gate, as top-k ranks them), for per-assignment rows [T, k, ...].
+
+    Why: any change of arithmetic before a router (bf16 against fp32 intermediates) flips the top-k of the
+    tokens whose k-th and (k+1)-th logits nearly tie; such a token's gates, MoE output and residual then
+    differ by O(1) in both correct models, and the more tokens, the likelier a tie (2 of 256 in the tiny
+    model at batch 8, prompt 32)."""
+    ka = a.outputs.get((layer, "router"))
+    kb = b.outputs.get((layer, "router"))
+    if ka is None or kb is None or ka.shape != kb.shape:
+        return None
+    kb = kb.to(ka.device)
+    same = ((ka != 0) == (kb != 0)).all(-1)
+    if ordered and ka.numel():
+        k = int((ka[0] != 0).sum())
+        same &= (ka.topk(k, -1).indices == kb.topk(k, -1).indices).all(-1)
+    return same
+
+
+def agreed_errors(a: Capture, b: Capture, table: pd.DataFrame) -> pd.DataFrame:
+    """compare()'s table plus rel_err_agreed (ROUTED components over the tokens whose routing agrees; the
+    plain rel_err elsewhere) and flipped (ROUTED rows: how many tokens that left out)."""
+    table = table.copy()
+    table["rel_err_agreed"] = table["rel_err"]
+    table["flipped"] = pd.array([pd.NA] * len(table), dtype="Int64")
+    for i, row in table.iterrows():
+        if row["component"] not in ROUTED or pd.isna(row["layer"]):
+            continue
+        agree = routing_agreement(a, b, int(row["layer"]), ordered=row["component"].startswith("moe."))
+        key = (int(row["layer"]), row["component"])
+        ta, tb = a.outputs[key], b.outputs[key]
+        if agree is None or ta.shape != tb.shape or ta.dim() < 2:
+            continue
+        n = agree.numel()  # tokens: router [T, E], mlp1/mlp2 per assignment [T, k, I], moe/residual [B, S, H]
+        if ta.shape[0] != n and not (ta.dim() == 3 and ta.shape[0] * ta.shape[1] == n):
+            continue
+        agree = agree.to(ta.device)
+        rows_a, rows_b = ta.reshape(n, -1), tb.reshape(n, -1)
+        table.at[i, "rel_err_agreed"] = relative_error(rows_a[agree], rows_b[agree]) if agree.any() else 0.0
+        table.at[i, "flipped"] = int((~agree).sum())
+    return table
+
+
 def first_divergence(table: pd.DataFrame, tol: float = DEFAULT_TOL) -> dict | None:
     """The first row (execution order) whose relative error exceeds tol, or None."""
     over = table[table["rel_err"] > tol]
@@ -149,8 +199,14 @@ class DivergenceReport:
             worst = self.table["rel_err"].max()
             return f"{head}: no divergence (largest relative error {worst:.2e})"
         where = "model" if self.first["layer"] is None else f"layer {self.first['layer']}"
-        return (f"{head}: first divergence at {where}, component {self.first['component']} "
-                f"(relative error {self.first['rel_err']:.3g})")
+        out = (f"{head}: first divergence at {where}, component {self.first['component']} "
+               f"(relative error {self.first['rel_err']:.3g})")
+        agreed = self.first.get("rel_err_agreed")
+        if self.first["component"] in ROUTED and agreed is not None and agreed <= self.tol:
+            out += (f"; {agreed:.3g} over the tokens routed alike: {self.first['flipped']} token(s) took other "
+                    "experts (or slot order) on a near tie that drift before the router can flip; a faulty "
+                    "router flips many")
+        return out
 
 
 def diverge(a: str | Variant, b: str | Variant, *, model: str | ModelConfig = "tiny", weights: Weights | None = None,
@@ -166,7 +222,7 @@ def diverge(a: str | Variant, b: str | Variant, *, model: str | ModelConfig = "t
         g = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, base.vocab, (batch, seq), generator=g)
     caps = [capture(GptOss(base.replace(faults=v.faults), weights, v.backends), tokens) for v in (va, vb)]
-    table = compare(*caps)
+    table = agreed_errors(*caps, compare(*caps))
     return DivergenceReport(va, vb, base, tol, table, first_divergence(table, tol))
 
 

@@ -18,7 +18,7 @@ import torch
 from kernels import ROUNDINGS, dequantize_mxfp8, dequantize_nvfp4, quantize_mxfp8, quantize_nvfp4
 
 from .backends import dequantize_rows, quantize_rows
-from .diverge import Capture, capture, compare, relative_error
+from .diverge import agreed_errors, capture, compare
 from .model import GptOss
 
 
@@ -39,8 +39,7 @@ def logit_metrics(ref: torch.Tensor, test: torch.Tensor) -> dict:
 @dataclass
 class ParityReport:
     #: step, layer, component, rel_err, max_abs_err, shape; rel_err_agreed (ROUTED components: over the
-    #: tokens whose experts both runs picked in that layer) and flipped (router rows: how many tokens picked
-    #: other experts)
+    #: tokens whose experts both runs picked in that layer) and flipped (how many tokens that left out)
     per_component: pd.DataFrame
     logits: dict  # logit_metrics of the final logits
 
@@ -48,55 +47,6 @@ class ParityReport:
         """Relative error per layer (rows) and component (columns)."""
         t = self.per_component.dropna(subset=["layer"])
         return t.pivot_table(index="layer", columns="component", values="rel_err", sort=False)
-
-
-#: Components with rows per token that a flipped expert choice changes by O(1) in that token's rows.
-ROUTED = ("router", "moe.mlp1", "moe.mlp2", "moe", "residual")
-
-
-def routing_agreement(a: Capture, b: Capture, layer: int, ordered: bool = False) -> torch.Tensor | None:
-    """Per token of `layer`: whether both runs picked the same experts (None without both router captures);
-    ordered: in the same slot order too (by gate, as top-k ranks them), for per-assignment rows [T, k, ...].
-
-    Why: any change of arithmetic before a router (bf16 against fp32 intermediates) flips the top-k of the
-    tokens whose k-th and (k+1)-th logits nearly tie; such a token's gates, MoE output and residual then
-    differ by O(1) in both correct models, and the more tokens, the likelier a tie (2 of 256 in the tiny
-    model at batch 8, prompt 32)."""
-    ka = a.outputs.get((layer, "router"))
-    kb = b.outputs.get((layer, "router"))
-    if ka is None or kb is None or ka.shape != kb.shape:
-        return None
-    kb = kb.to(ka.device)
-    same = ((ka != 0) == (kb != 0)).all(-1)
-    if ordered and ka.numel():
-        k = int((ka[0] != 0).sum())
-        same &= (ka.topk(k, -1).indices == kb.topk(k, -1).indices).all(-1)
-    return same
-
-
-def agreed_errors(a: Capture, b: Capture, table: pd.DataFrame) -> pd.DataFrame:
-    """compare()'s table plus rel_err_agreed (ROUTED components over the tokens whose routing agrees; the
-    plain rel_err elsewhere) and flipped (on router rows: how many tokens picked other experts)."""
-    table = table.copy()
-    table["rel_err_agreed"] = table["rel_err"]
-    table["flipped"] = pd.array([pd.NA] * len(table), dtype="Int64")
-    for i, row in table.iterrows():
-        if row["component"] not in ROUTED or pd.isna(row["layer"]):
-            continue
-        agree = routing_agreement(a, b, int(row["layer"]), ordered=row["component"].startswith("moe."))
-        key = (int(row["layer"]), row["component"])
-        ta, tb = a.outputs[key], b.outputs[key]
-        if agree is None or ta.shape != tb.shape or ta.dim() < 2:
-            continue
-        n = agree.numel()  # tokens: router [T, E], mlp1/mlp2 per assignment [T, k, I], moe/residual [B, S, H]
-        if ta.shape[0] != n and not (ta.dim() == 3 and ta.shape[0] * ta.shape[1] == n):
-            continue
-        agree = agree.to(ta.device)
-        rows_a, rows_b = ta.reshape(n, -1), tb.reshape(n, -1)
-        table.at[i, "rel_err_agreed"] = relative_error(rows_a[agree], rows_b[agree]) if agree.any() else 0.0
-        if row["component"] == "router":
-            table.at[i, "flipped"] = int((~agree).sum())
-    return table
 
 
 def model_parity(reference: GptOss, test: GptOss, tokens: torch.Tensor) -> ParityReport:

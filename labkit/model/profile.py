@@ -411,7 +411,7 @@ def parity_summary(reference: GptOss, model: GptOss, tokens: torch.Tensor) -> di
 
     report = model_parity(reference, model, tokens)
     layer0 = report.per_component[report.per_component["layer"] == 0]
-    flipped = int(layer0["flipped"].dropna().sum())
+    flipped = int(layer0.loc[layer0["component"] == "router", "flipped"].dropna().sum())
     return {**report.logits,
             "layer0_max_rel_err": float(layer0["rel_err_agreed"].max()) if len(layer0) else 0.0,
             "layer0_flipped": flipped, "layer0_tokens": tokens.numel(),
