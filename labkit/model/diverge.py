@@ -128,6 +128,9 @@ def compare(a: Capture, b: Capture) -> pd.DataFrame:
 
 #: Components with rows per token that a flipped expert choice changes by O(1) in that token's rows.
 ROUTED = ("router", "moe.mlp1", "moe.mlp2", "moe", "residual")
+#: Share of a layer's tokens that near ties may flip (routing_agreement); more is a router that decides
+#: differently, not drift before it.
+FLIP_TOL = 0.05
 
 
 def routing_agreement(a: Capture, b: Capture, layer: int, ordered: bool = False) -> torch.Tensor | None:
@@ -152,10 +155,12 @@ def routing_agreement(a: Capture, b: Capture, layer: int, ordered: bool = False)
 
 def agreed_errors(a: Capture, b: Capture, table: pd.DataFrame) -> pd.DataFrame:
     """compare()'s table plus rel_err_agreed (ROUTED components over the tokens whose routing agrees; the
-    plain rel_err elsewhere) and flipped (ROUTED rows: how many tokens that left out)."""
+    plain rel_err elsewhere), flipped and flipped_share (ROUTED rows: how many tokens that left out, and
+    their share of the layer's tokens)."""
     table = table.copy()
     table["rel_err_agreed"] = table["rel_err"]
     table["flipped"] = pd.array([pd.NA] * len(table), dtype="Int64")
+    table["flipped_share"] = pd.array([pd.NA] * len(table), dtype="Float64")
     for i, row in table.iterrows():
         if row["component"] not in ROUTED or pd.isna(row["layer"]):
             continue
@@ -171,6 +176,7 @@ def agreed_errors(a: Capture, b: Capture, table: pd.DataFrame) -> pd.DataFrame:
         rows_a, rows_b = ta.reshape(n, -1), tb.reshape(n, -1)
         table.at[i, "rel_err_agreed"] = relative_error(rows_a[agree], rows_b[agree]) if agree.any() else 0.0
         table.at[i, "flipped"] = int((~agree).sum())
+        table.at[i, "flipped_share"] = float((~agree).sum()) / n
     return table
 
 
@@ -201,11 +207,15 @@ class DivergenceReport:
         where = "model" if self.first["layer"] is None else f"layer {self.first['layer']}"
         out = (f"{head}: first divergence at {where}, component {self.first['component']} "
                f"(relative error {self.first['rel_err']:.3g})")
-        agreed = self.first.get("rel_err_agreed")
-        if self.first["component"] in ROUTED and agreed is not None and agreed <= self.tol:
-            out += (f"; {agreed:.3g} over the tokens routed alike: {self.first['flipped']} token(s) took other "
-                    "experts (or slot order) on a near tie that drift before the router can flip; a faulty "
-                    "router flips many")
+        share = self.first.get("flipped_share")
+        if self.first["component"] in ROUTED and share is not None and pd.notna(share):
+            if share > FLIP_TOL:
+                out += (f"; {self.first['flipped']} token(s) ({share:.0%}) took other experts: too many for "
+                        "close logits, the router decides differently")
+            elif self.first["rel_err_agreed"] <= self.tol:
+                out += (f"; {self.first['rel_err_agreed']:.3g} over the tokens routed alike: "
+                        f"{self.first['flipped']} token(s) took other experts (or slot order) on a near tie that "
+                        "drift before the router can flip")
         return out
 
 

@@ -23,6 +23,7 @@ import torch
 
 from .backends import Backends, resolve_backends
 from .config import ModelConfig, get_config
+from .diverge import FLIP_TOL
 from .graph import DecodeRunner
 from .loaders import load_weights
 from .model import GptOss
@@ -41,7 +42,7 @@ TOP_COMPONENTS = ("embedding", "attention", "router", "moe", "final_norm", "lm_h
 #: Final-logit metrics are reported alongside.
 PARITY_LAYER0_TOL = 0.02
 #: Share of layer-0 tokens allowed to pick other experts than the reference (near ties; see above).
-PARITY_FLIP_TOL = 0.05
+PARITY_FLIP_TOL = FLIP_TOL
 
 
 def moe_verdict(share: float) -> str:
@@ -224,9 +225,8 @@ class ProfileResult:
             lines.append(f"  parity vs torch reference: rel. err {self.max_rel_err:.2e}, "
                          f"top-1 {self.parity['top1_agree']:.0%}; layer 0: largest component error "
                          f"{self.parity['layer0_max_rel_err']:.2e} (limit {PARITY_LAYER0_TOL}), "
-                         f"{self.parity.get('layer0_flipped', 0)} of {self.parity.get('layer0_tokens', '?')} "
-                         f"tokens routed elsewhere "
-                         f"({self.parity.get('layer0_flipped_share', 0):.1%}, limit {PARITY_FLIP_TOL:.0%}) "
+                         f"{self.parity['layer0_flipped']} of {self.parity['layer0_tokens']} tokens routed "
+                         f"elsewhere ({self.parity['layer0_flipped_share']:.1%}, limit {PARITY_FLIP_TOL:.0%}) "
                          f"-> {self.status}")
         return "\n".join(lines)
 
@@ -397,10 +397,7 @@ def _time_decode(runner: DecodeRunner, first: torch.Tensor, steps: int, device) 
 def _parity_check(model: GptOss, reference: Backends, tokens: torch.Tensor) -> dict:
     """The profiled backends vs their torch reference (same weights) on a short prompt: parity_summary. With
     layout "tiled" the reference shares the tiled experts (no second copy) and reads them one expert at a time."""
-    ref = GptOss(model.config, model.weights, reference)
-    out = parity_summary(ref, model, tokens)
-    del ref
-    return out
+    return parity_summary(GptOss(model.config, model.weights, reference), model, tokens)
 
 
 def parity_summary(reference: GptOss, model: GptOss, tokens: torch.Tensor) -> dict:
@@ -411,11 +408,11 @@ def parity_summary(reference: GptOss, model: GptOss, tokens: torch.Tensor) -> di
 
     report = model_parity(reference, model, tokens)
     layer0 = report.per_component[report.per_component["layer"] == 0]
-    flipped = int(layer0.loc[layer0["component"] == "router", "flipped"].dropna().sum())
+    router = layer0[(layer0["component"] == "router") & layer0["flipped"].notna()]
     return {**report.logits,
             "layer0_max_rel_err": float(layer0["rel_err_agreed"].max()) if len(layer0) else 0.0,
-            "layer0_flipped": flipped, "layer0_tokens": tokens.numel(),
-            "layer0_flipped_share": flipped / tokens.numel() if tokens.numel() else 0.0}  # layer 0 routes all
+            "layer0_flipped": int(router["flipped"].sum()), "layer0_tokens": tokens.numel(),
+            "layer0_flipped_share": float(router["flipped_share"].sum())}
 
 
 def parity_status(summary: dict) -> str:
