@@ -491,17 +491,22 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, g1=None):
+                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
         past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
-        step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind."""
+        step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind. SEQ:
+        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
-        mbarrier.expect(bar, wsm.shape[1] * CHUNKS * (1024 + 64) + XBYTES, pred=live)
-        if g1 is None:
+        NG: gl.constexpr = wsm.shape[2] if SEQ else wsm.shape[1]
+        mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
+        if SEQ:
+            tma.async_copy_global_to_shared(wdesc, [c * CHUNKS, g0, 0], bar, wsm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+        elif g1 is None:
             tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
             tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
         else:
@@ -512,24 +517,30 @@ if gluon is not None:
             tma.async_copy_global_to_shared(sdesc, [c, g1, 0], bar, ssm.index(slot).slice(H, H, dim=1), pred=live)
 
     @gluon.jit
-    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr):
+    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, SEQ: gl.constexpr = False):
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
-        mbarrier."""
+        mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q."""
         slot = c % STAGES
-        tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
-                                        pred=c < steps)
+        if SEQ:
+            CHUNKS: gl.constexpr = STEP // 16
+            for q in gl.static_range(CHUNKS):
+                tma.async_copy_global_to_shared(xdesc, [m0, (c * CHUNKS + q) * 128], bars.index(slot),
+                                                xsm.index(slot * CHUNKS + q), pred=c < steps)
+        else:
+            tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
+                                            pred=c < steps)
 
     @gluon.jit
     def _g_tail_issue(wsm, ssm, xsm, bar, tdesc, tsdesc, xtdesc, g0, m0, k0):
         """TAIL: the program's K tail into a ring slot (words wsm, scale bytes ssm, x rows xsm, mbarrier bar): its
         groups' half chunks from prepare.tail_half (half a step's words: 512 bytes per group, as [NG, 1, 128]),
         their scale bytes, and x's last 64 K from column k0 (x_to_f16's half_tail order, [BLOCK_M, 64])."""
-        NG: gl.constexpr = wsm.shape[0]
+        NG: gl.constexpr = ssm.shape[1]
         BM: gl.constexpr = xsm.shape[0]
         mbarrier.expect(bar, NG * (512 + 64) + BM * 64 * 2)
         tma.async_copy_global_to_shared(tdesc, [g0, 0, 0], bar, wsm._reinterpret(gl.int32, [NG, 1, 128],
                                                                                tdesc.layout))
-        tma.async_copy_global_to_shared(tsdesc, [0, g0, 0], bar, ssm)
+        tma.async_copy_global_to_shared(tsdesc, [0, g0, 0], bar, ssm._reinterpret(gl.uint8, [1, NG, 64], tsdesc.layout))
         tma.async_copy_global_to_shared(xtdesc, [m0, k0], bar, xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout))
 
     @gluon.jit
@@ -552,12 +563,13 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
+                     STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1)
-            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
+                           SEQ)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ)
         else:
             _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
@@ -565,34 +577,56 @@ if gluon is not None:
     @gluon.jit
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None):
-        """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma."""
+                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False):
+        """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
+        chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
+        next is read, so a chunk's A registers serve them all."""
         BLOCK_N: gl.constexpr = acc.shape[0]
         CHUNKS: gl.constexpr = STEP // 16
         slot = c % STAGES
-        if not XT:
-            async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
-        # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
-        # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
-        gl.thread_barrier()
-        mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
-        if not XT:
-            fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
-        v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
-        s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
-            1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-        _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                     STAGES, XT, g1, xok)
-        w = _g_decode_step(v, s, SMAX, NIB)
-        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                            xsm.index(slot).permute((1, 0)), acc, is_async=True)
-        return warpgroup_mma_wait(0, deps=[acc])
+        if SEQ:
+            gl.thread_barrier()  # every warp is done with step c - 1's slot (the one step c + STAGES - 1 refills)
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words, scales and x landed
+            NG: gl.constexpr = BLOCK_N // 16
+            wv = wsm.index(slot)._reinterpret(gl.int32, [CHUNKS, NG, 256], gl.NVMMASharedLayout(0, 32, rank=2))
+            sv = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, NG, 64], gl.NVMMASharedLayout(0, 8, rank=2))
+            for q in gl.static_range(CHUNKS):
+                v = wv.index(q)._reinterpret(gl.int32, [BLOCK_N, 1, 4, 4], SW).load(LW)
+                s = sv.index(q)._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(
+                    1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
+                if q == 0:
+                    _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
+                                 steps, STEP, STAGES, XT, g1, xok, SEQ)
+                w = _g_decode_step(v, s, SMAX, NIB)
+                acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                    xsm.index(slot * CHUNKS + q).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+        else:
+            if not XT:
+                async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
+            # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
+            # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
+            gl.thread_barrier()
+            mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
+            if not XT:
+                fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
+            v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
+            s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
+                1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                         STAGES, XT, g1, xok)
+            w = _g_decode_step(v, s, SMAX, NIB)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        return acc
 
     @gluon.jit
     def _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KW, SMAX, CHUNKS: gl.constexpr,
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
-                       tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None):
+                       tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
+                       SEQ: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -611,13 +645,19 @@ if gluon is not None:
         tdesc, tsdesc, xtdesc (TAIL, with XT and one chunk per step): the ring runs K's whole chunks, and the half
         chunk of the K tail lands in the slot and at the time the ring would copy one more step (_g_tail_issue,
         between two copies of the loop, whose body stays 358 sm_90 instructions at 2 tokens: issued from inside it,
-        the tail's boxes made it 445), then runs as a half step (_g_tail_step)."""
+        the tail's boxes made it 445), then runs as a half step (_g_tail_step). SEQ (XT, CHUNKS > 1): a step's
+        CHUNKS chunks land in one slot on one mbarrier and are decoded and multiplied one at a time
+        (_g_tma_step), so the ring's work per step (copies issued, the wait, the CTA barriers) is paid once per
+        CHUNKS chunks while the A registers stay one chunk's; xsm holds STAGES * CHUNKS one-chunk x slots."""
         STEP: gl.constexpr = CHUNKS * 16
         BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
         if tdesc is not None:
             steps = KW // STEP
-        wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
+        if SEQ:
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, CHUNKS, BLOCK_N // 16, 256], wdesc.layout)
+        else:
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
@@ -627,34 +667,35 @@ if gluon is not None:
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
-                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, g1, xok)
+                             XT, g1, xok, SEQ)
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
             tail = steps % STAGES
             gl.thread_barrier()  # every warp is done with the slot's last step
-            _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail), tdesc, tsdesc, xtdesc,
+            xt = tail * CHUNKS if SEQ else tail
+            _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail), tdesc, tsdesc, xtdesc,
                           g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok)
-            acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(tail), bars.index(tail),
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
+            acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail),
                                (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
         if not XT:
             async_copy.wait_group(0)
@@ -687,7 +728,8 @@ if gluon is not None:
                       LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, g0, TMA: gl.constexpr,
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
-                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None):
+                      GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
+                      SEQ: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -695,15 +737,19 @@ if gluon is not None:
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
         row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
         weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
-        tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs)."""
+        tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
+        the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts)."""
         if KL is None:
             KL = K
-        xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
+        if SEQ:
+            xsm = gl.allocate_shared_memory(gl.float16, [STAGES * CHUNKS, BLOCK_M, 128], SX)
+        else:
+            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:
@@ -730,7 +776,7 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
                    SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
-                   tw_ptr=None, ts_ptr=None):
+                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
@@ -750,7 +796,7 @@ if gluon is not None:
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
                             xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
-                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs)
+                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ)
         rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
@@ -805,8 +851,11 @@ def wgmma_reason(cfg: dict) -> str | None:
     if cfg.get("PREFETCH"):
         return "WGMMA always prefetches the next step's words (PREFETCH would repeat a config)"
     rows, c = cfg["ROWS"], cfg["CHUNKS"]
+    seq = cfg.get("SEQ", False)
+    if seq and (cfg.get("TMA") != 2 or c == 1):
+        return "SEQ takes a slot of CHUNKS > 1 chunks landed by TMA=2 one chunk at a time"
     acc = rows * cfg["BLOCK_M"] // 2
-    regs = acc + 48 * rows * c
+    regs = acc + 48 * rows * (1 if seq else c)
     if regs > 224 or acc > 64:
         return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
                 "ROWS*BLOCK_M/2 > 64: larger builds spill)")
@@ -817,9 +866,9 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "EARLY issues TMA's first weight copies before the PDL wait (it needs TMA)"
     if cfg.get("STEP_MAJOR") and not ring_w:
         return "STEP_MAJOR lays out the weights the ring copies (it needs RING_W)"
-    if cfg.get("TAIL") and (c != 1 or not (cfg.get("TMA") == 2 or (ring_w and not cfg.get("TMA")))):
-        return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1), landed by TMA (TMA=2) "
-                "or by the cp.async ring's copies (RING_W without TMA)")
+    if cfg.get("TAIL") and ((c != 1 and not seq) or not (cfg.get("TMA") == 2 or (ring_w and not cfg.get("TMA")))):
+        return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1, or SEQ's chunks), landed "
+                "by TMA (TMA=2) or by the cp.async ring's copies (RING_W without TMA)")
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
@@ -883,22 +932,26 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False):
+def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False, chunk_major: bool = False):
     """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
     words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
     (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. An expert stack [E, N, K]
     is viewed as E * G groups (expert e's group g is e * G + g). step_major_copy: the same views of
-    prepare.step_major's copy (chunks outermost in memory), so the boxes land exactly as they do from p. Made
-    once per box shape and cached on p."""
+    prepare.step_major's copy (chunks outermost in memory), so the boxes land exactly as they do from p.
+    chunk_major (SEQ): words viewed [KC, G, 256], so a box lands chunk by chunk, each as a one-chunk box would.
+    Made once per box shape and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
-    key = (NG, CHUNKS, step_major_copy)
+    key = (NG, CHUNKS, step_major_copy, chunk_major)
     if key not in cache:
         G, KC = p.words.shape[:-3].numel(), p.words.shape[-3]
         words, scales = step_major(p) if step_major_copy else (p.words, p.scales)
         wstride, sstride = ([256, G * 256, 1], [G * 64, 64, 1]) if step_major_copy else \
             ([KC * 256, 256, 1], [64, KC * 64, 1])
+        wshape, wbox = [G, KC, 256], [NG, CHUNKS, 256]
+        if chunk_major:
+            wshape, wbox, wstride = [KC, G, 256], [CHUNKS, NG, 256], [wstride[1], wstride[0], 1]
         cache[key] = (
-            TensorDescriptor(words, [G, KC, 256], wstride, [NG, CHUNKS, 256],
+            TensorDescriptor(words, wshape, wstride, wbox,
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)),
             TensorDescriptor(scales, [KC, G, 64], sstride, [CHUNKS, NG, 64],
                              gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)))
@@ -951,7 +1004,7 @@ def tail_descriptors(p, NG: int):
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
                  WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
-                 STEP_MAJOR=False):
+                 STEP_MAJOR=False, SEQ=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -970,16 +1023,20 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     from buffers the cp.async ring fills with its first copies (_g_wg_ring_loop). STEP_MAJOR (with RING_W): the
     ring's copies (or TMA's boxes) read prepare.step_major's copy (made on first use, cached), where a step's
     words are one piece and the programs running together read neighbouring pieces; without a GPU the
-    interpreter twin reads the tiled copy."""
+    interpreter twin reads the tiled copy. SEQ (TMA=2, CHUNKS > 1): each ring slot holds CHUNKS chunks landed
+    together, decoded and multiplied one chunk at a time (the copies, wait and barriers of a step once per CHUNKS
+    chunks, the registers of one chunk); with TAIL when K's whole chunks are a multiple of CHUNKS."""
     M, K = x.shape
     N = p.N
     if TILED:
         p = tile_mxfp4(p)
     if NIB:
         p = shuffle_nibbles(p)
-    half = bool(TAIL and WGMMA) and CHUNKS == 1 and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None
+    seq = bool(SEQ) and WGMMA and TMA == 2 and CHUNKS > 1 and not INTERPRETED and gluon is not None
+    half = (bool(TAIL and WGMMA) and (CHUNKS == 1 or (seq and (K // CHUNK) % CHUNKS == 0))
+            and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None)
     tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
-    x16, xs = x_to_f16(x, pad=CHUNK * CHUNKS, logical=WGMMA, half_tail=tail or ring_tail)
+    x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
@@ -989,13 +1046,14 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if INTERPRETED or gluon is None:
         _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
     elif WGMMA:
-        LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
-        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS, bool(STEP_MAJOR)) if TMA else (None, None)
+        lc = 1 if seq else CHUNKS  # the chunks a register or slot layout spans
+        LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, lc, num_warps)
+        SW, SS, LSC = wg_ring_layouts(BLOCK_M, ROWS, lc, num_warps)
+        wdesc, sdesc = tma_descriptors(p, BLOCK_N // 16, CHUNKS, bool(STEP_MAJOR), seq) if TMA else (None, None)
         tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
         LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
-        xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * CHUNKS], SX) \
+        xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX) \
             if TMA == 2 else None
         xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK // 2],
                                   gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK // 2], gl.float16)) \
@@ -1010,7 +1068,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               num_warps=num_warps, **reg_cap(MAXNREG),
+                               SEQ=seq, num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

@@ -572,6 +572,51 @@ def test_gemv_mma_step_major_is_bit_identical(m, n, k):
         assert torch.equal(yg, y), cfg
 
 
+def test_gemv_mma_seq_rule_and_twin(device):
+    """SEQ takes TMA=2's slots of CHUNKS > 1 chunks one chunk at a time: refused with one chunk, without TMA=2
+    and without WGMMA; with it TAIL is allowed beside CHUNKS=2. Without a GPU the twin runs the plain CHUNKS=2
+    steps: the same bits as the config without SEQ."""
+    v = LINEAR["gemv_mma"]
+    prob = {"m": 3, "n": 300, "k": 192}
+    cfg = {**v.defaults, "BLOCK_M": 8, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, "NIB": True,
+           "CHUNKS": 2, "STAGES": 2, "SEQ": True, "TAIL": True}
+    assert v.reason(cfg, prob) is None
+    assert "CHUNKS=1" in v.reason({**cfg, "SEQ": False}, prob)  # TAIL without SEQ still needs one chunk a step
+    assert "SEQ" in v.reason({**cfg, "CHUNKS": 1}, prob)
+    assert "SEQ" in v.reason({**cfg, "TMA": True, "TAIL": False}, prob)
+    assert "only with WGMMA" in v.reason({**v.defaults, "SEQ": True}, prob)
+    if device != "cpu":
+        return  # compiled, SEQ runs: test_gemv_mma_seq_is_bit_identical
+    x, w, b, ref = make(3, 300, 192, seed=4, dev=device)
+    y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+    assert torch.equal(y, K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "SEQ": False, "TAIL": False}))
+    assert rel_err(y, ref) < tol("gemv_mma")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1, 200, 64), (3, 300, 192), (17, 72, 2880), (9, 1000, 512), (5, 4000, 2880)])
+def test_gemv_mma_seq_is_bit_identical(m, n, k):
+    """SEQ multiplies the chunks of a slot in the order one-chunk steps do, each chunk's wgmma on the accumulator
+    in turn: the bits of the CHUNKS=1 config (with TAIL where K's whole chunks are a multiple of CHUNKS, as SEQ
+    then runs it), with 2-3 slots, EARLY, the step-major copy and BLOCK_M 8-64, under a CUDA graph."""
+    x, _, b, _ = make(m, n, k, seed=m + n, dev="cuda")
+    w = wide_span_weight(n, k, seed=n + 5, dev="cuda")
+    tail_runs = (k // 128) % 2 == 0
+    for cfg in ({"BLOCK_M": 8, "ROWS": 2, "STAGES": 2, "NIB": True, "TAIL": True, "EARLY": True},
+                {"BLOCK_M": 8, "ROWS": 2, "STAGES": 3, "NIB": True, "TAIL": True, "STEP_MAJOR": True},
+                {"BLOCK_M": 16, "ROWS": 1, "STAGES": 2},
+                {"BLOCK_M": 64, "ROWS": 2, "STAGES": 2, "NIB": True, "TAIL": True, "EARLY": True}):
+        cfg = {"num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, **cfg}
+        one = {**cfg, "CHUNKS": 1, "TAIL": cfg.get("TAIL", False) and tail_runs}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **one)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            ys = K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "CHUNKS": 2, "SEQ": True})
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(ys, y), cfg
+
+
 @pytest.mark.gpu
 def test_gemv_h2g_maxnreg_and_early_are_bit_identical():
     """MAXNREG only caps the registers ptxas may use (it reschedules, the arithmetic stays): capped builds give
