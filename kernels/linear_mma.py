@@ -867,8 +867,8 @@ def wgmma_reason(cfg: dict) -> str | None:
     if cfg.get("STEP_MAJOR") and not ring_w:
         return "STEP_MAJOR lays out the weights the ring copies (it needs RING_W)"
     if cfg.get("TAIL") and ((c != 1 and not seq) or not (cfg.get("TMA") == 2 or (ring_w and not cfg.get("TMA")))):
-        return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1, or SEQ's chunks), landed "
-                "by TMA (TMA=2) or by the cp.async ring's copies (RING_W without TMA)")
+        return ("TAIL runs the K tail's half chunk beside a ring of one-chunk steps (CHUNKS=1, or SEQ's chunks), "
+                "landed by TMA (TMA=2) or by the cp.async ring's copies (RING_W without TMA)")
     if ring_w and not cfg.get("TILED"):
         return "RING_W copies tile_mxfp4's layout (a row's scale bytes of a chunk together): it needs TILED"
     need = cfg["STAGES"] * c * (cfg["BLOCK_M"] * 256 + (16 * rows * cfg["num_warps"] * 68 if ring_w else 0))
