@@ -76,38 +76,12 @@ PICKS: dict[tuple[int, int, int], dict | None] = {
 }
 
 
-#: per-GPU picks, read instead of PICKS on a GPU whose name holds the key: (the run they come from, picks), from
-#: the same grid under LAB_PDL=1 on that GPU. On the H200 cuBLAS takes qkv at one row too (10.2 us against the
-#: GEMV's 10.7-11.1: both read its 29.5 MB at 2.7-2.9 TB/s); the GEMV keeps attn out at 1-2 rows.
-GPU_PICKS: dict[str, tuple[str, dict]] = {
-    "H200": ("results/20261128T181450-h200-linear-bf16-pdl1-a", {
-        (1, 2880, 4096): {"block_n": 2, "block_k": 1024, "num_warps": 2},  # attn out: 8.2 us, cuBLAS 11.8
-        (2, 2880, 4096): {"block_n": 2, "block_k": 512, "num_warps": 4},  # 10.9 us, cuBLAS 11.8
-        (4, 2880, 4096): None, (8, 2880, 4096): None,  # cuBLAS 11.8 us, the GEMV 16.0-27.2
-        (1, 5120, 2880): None, (2, 5120, 2880): None,  # qkv: cuBLAS 10.2 us, the GEMV 10.7 / 13.1
-        (4, 5120, 2880): None, (8, 5120, 2880): None}),  # the GEMV 20.3-28.5
-}
-
-
-def picks_for(device_name: str | None) -> dict:
-    """The measured picks that apply on a GPU named `device_name`: its own (GPU_PICKS) or the H100's PICKS."""
-    name = (device_name or "").lower()
-    for key, (_, picks) in GPU_PICKS.items():
-        if name and key.lower() in name:
-            return picks
-    return PICKS
-
-
-def pick(m: int, n: int, k: int, device_name: str | None = None) -> dict | None:
+def pick(m: int, n: int, k: int) -> dict | None:
     """The GEMV config for m rows of an [n, k] weight, or None where cuBLAS serves better: the measured pick
-    for that shape on this GPU (picks_for; device_name: the current GPU's if None), else (unmeasured shapes)
-    the default tile for up to 2 rows, with block_k halved until the partial sums fit, and cuBLAS beyond (the
-    GEMV lost to it at 4 and 8 rows on both measured shapes)."""
-    from .tables import _device_name
-
-    picks = picks_for(device_name or _device_name())
-    if (m, n, k) in picks:
-        return dict(picks[(m, n, k)]) if picks[(m, n, k)] else None
+    for that shape, else (unmeasured shapes) the default tile for up to 2 rows, with block_k halved until
+    the partial sums fit, and cuBLAS beyond (the GEMV lost to it at 4 and 8 rows on both measured shapes)."""
+    if (m, n, k) in PICKS:
+        return dict(PICKS[(m, n, k)]) if PICKS[(m, n, k)] else None
     if m > 2:
         return None
     cfg = {"block_n": 8, "block_k": 512, "num_warps": 4}
