@@ -161,6 +161,7 @@ def cmd_targets(args) -> int:
         pct = lambda v: "" if pd.isna(v) else f"{v:.1%}"  # noqa: E731  (89.6% must not read as a met 90%)
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+                             x_goal=judged["x_goal"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
                              goal=judged["goal"].map("{:.0%}".format),
                              met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}),
                              auto=judged["opt_in"].map({True: "opt-in"}).fillna(""))
@@ -171,12 +172,13 @@ def cmd_targets(args) -> int:
             print("--no-opt-in: only configs variant='auto' may pick are judged")
         read = judged.attrs.get("read_run")
         if read:
-            print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read})")
+            print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read}); x_goal: the "
+                  "x_read the goal asks")
         for name, g in show.groupby("target", sort=False):
             print(f"\n{name}")
             cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "auto", "run_id"]
             if read and g["x_read"].notna().any():
-                cols.insert(6, "x_read")
+                cols[6:6] = ["x_read", "x_goal"]
             g = g.rename(columns={"repeats": "n"})[cols]
             print(g.to_string(index=False, float_format="%.1f"))
         print()

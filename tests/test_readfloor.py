@@ -78,7 +78,9 @@ def test_targets_show_best_time_over_the_read_time(tmp_path):
     out = judge([a, r], targets=[LM_HEAD]).set_index("m")
     assert out.attrs["read_run"] == "r"
     assert out.loc[1, "x_read"] == pytest.approx(110.0 / (3.0e8 / 3100e9 * 1e6))
-    assert math.isnan(out.loc[2, "x_read"])  # no read measured at 2 tokens
+    # the goal's time (90% of the 100 us floor at 3 TB/s: 111.1 us) over the same read
+    assert out.loc[1, "x_goal"] == pytest.approx((100.0 / 0.9) / (3.0e8 / 3100e9 * 1e6))
+    assert math.isnan(out.loc[2, "x_read"]) and math.isnan(out.loc[2, "x_goal"])  # no read measured at 2 tokens
     assert main(["targets", "--runs", str(a), str(r)]) == 1  # prints the column (and lm_head 4, 8 unmeasured)
 
 
@@ -101,4 +103,4 @@ def test_targets_take_the_newest_read_run_of_their_gpu_and_the_probes_one_launch
 def test_targets_without_a_read_run_have_no_x_read(tmp_path):
     a = _run(tmp_path, "a", [_lm_head(1, 110.0)], read_gbps=3000.0)
     out = judge([a], targets=TARGETS[:1])
-    assert out.attrs["read_run"] is None and out["x_read"].isna().all()
+    assert out.attrs["read_run"] is None and out["x_read"].isna().all() and out["x_goal"].isna().all()
