@@ -174,7 +174,8 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
         for problem in t.problems:
             for m in t.tokens:
                 pts = lab[(lab["problem"] == problem) & (lab["m"] == m)]
-                row = {"target": t.name, "issue": t.issue, "problem": problem, "m": m, "goal": t.goal,
+                row = {"target": t.name, "issue": t.issue, "problem": problem, "m": m, "metric": t.metric,
+                       "goal": t.goal,
                        "variant": None, "config": None, "us": None, "bytes": None, "flops": None, "value": None,
                        "met": None, "run_id": None, "opt_in": None,
                        "runs": int(pts["run_id"].nunique()), "repeats": 0, "median": None, "met_median": None}
@@ -206,7 +207,8 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
 def _with_read(out: pd.DataFrame, paths: list[Path], ceil: dict) -> pd.DataFrame:
     """x_read per point: its best time over a plain read of its bytes at the rate the newest read-floor run among
     `paths` on this GPU measured for that point (labkit.readfloor; NaN where none did), that run's id in
-    attrs["read_run"]; x_goal: the x_read its goal asks (the goal's time over the same read). Why x_goal: it
+    attrs["read_run"]; x_goal: the x_read a floor target's goal asks (the goal's time over the same read; NaN for
+    a target against cuBLAS, whose goal is no time of the floor's). Why x_goal: it
     states a floor target in what a kernel can be compared with on any GPU, a plain read of the same bytes (the
     one-token lm_head asks 1.124 on an H200 and 1.108 on an H100, nearly the same though the H200 reads 1.4x
     faster)."""
@@ -217,7 +219,8 @@ def _with_read(out: pd.DataFrame, paths: list[Path], ceil: dict) -> pd.DataFrame
     rate = found[1].drop_duplicates(["problem", "m"]).set_index(["problem", "m"])["read_gbps"]
     gbps = [rate.get((p, m), float("nan")) for p, m in zip(out["problem"], out["m"])]
     x_read = out["us"].astype(float) * pd.Series(gbps, index=out.index) * 1e3 / out["bytes"].astype(float)
-    return out.assign(x_read=x_read, x_goal=x_read * out["value"].astype(float) / out["goal"].astype(float))
+    x_goal = (x_read * out["value"].astype(float) / out["goal"].astype(float)).where(out["metric"] == "frac_of_floor")
+    return out.assign(x_read=x_read, x_goal=x_goal)
 
 
 def summary(judged: pd.DataFrame) -> pd.DataFrame:
@@ -239,12 +242,16 @@ def _median_text(r: dict) -> str:
 
 
 def _x_text(r: dict) -> str:
-    return "" if pd.isna(r["x_read"]) else f"{r['x_read']:.3f} ({r['x_goal']:.3f})"
+    """x_read, with the x_goal a floor target asks in brackets."""
+    if pd.isna(r["x_read"]):
+        return ""
+    return f"{r['x_read']:.3f}" + ("" if pd.isna(r["x_goal"]) else f" ({r['x_goal']:.3f})")
 
 
 def markdown(judged: pd.DataFrame) -> str:
     """The judged points as a Markdown table, one line per point (for notes and READMEs)."""
-    lines = ["| target | problem | tokens | best | time (us) | value | x_read (goal) | median (n) | goal | met | run |",
+    lines = ["| target | problem | tokens | best | time (us) | value | x_read (x_goal) | median (n) | goal | met "
+             "| run |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in judged.to_dict("records"):
         if r["met"] is None:

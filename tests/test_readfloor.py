@@ -10,7 +10,7 @@ import torch
 from labkit.cli import main
 from labkit.readfloor import FILE, memory_bound, read_call, read_us
 from labkit.runs import create_run
-from labkit.targets import TARGETS, judge
+from labkit.targets import TARGETS, Target, judge, markdown
 from tests.test_targets import GPU, LM_HEAD, _lm_head, _run
 
 
@@ -82,6 +82,22 @@ def test_targets_show_best_time_over_the_read_time(tmp_path):
     assert out.loc[1, "x_goal"] == pytest.approx((100.0 / 0.9) / (3.0e8 / 3100e9 * 1e6))
     assert math.isnan(out.loc[2, "x_read"]) and math.isnan(out.loc[2, "x_goal"])  # no read measured at 2 tokens
     assert main(["targets", "--runs", str(a), str(r)]) == 1  # prints the column (and lm_head 4, 8 unmeasured)
+
+
+def test_x_goal_only_for_floor_targets(tmp_path):
+    """A target against cuBLAS has no floor time to ask of a read: its x_goal stays NaN even where a read run
+    measured the point, while the same point under a floor target gets one."""
+    floor_t = Target("floor", 4, "linear", ("lm_head",), (2048,), "frac_of_floor", 0.5)
+    cublas_t = Target("cublas", 4, "linear", ("lm_head",), (2048,), "vs_bf16", 0.7)
+    a = _run(tmp_path, "a", [_lm_head(2048, 400.0, variant="dequant_gemm"),
+                              _lm_head(2048, 300.0, variant="cublas_bf16")], read_gbps=3000.0)
+    r = _read_run(tmp_path, "r", [{"problem": "lm_head", "m": 2048, "bytes": 3e8, "read_us": 100.0,
+                                   "read_gbps": 3000.0}])
+    out = judge([a, r], targets=[floor_t, cublas_t]).set_index("target")
+    assert out.loc["floor", "x_read"] == pytest.approx(4.0) == out.loc["cublas", "x_read"]
+    assert out.loc["floor", "x_goal"] == pytest.approx(4.0 * out.loc["floor", "value"] / 0.5)
+    assert math.isnan(out.loc["cublas", "x_goal"])
+    assert "| 4.000 |" in markdown(out.reset_index())
 
 
 def test_targets_take_the_newest_read_run_of_their_gpu_and_the_probes_one_launch_rows(tmp_path):
