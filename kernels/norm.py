@@ -4,8 +4,7 @@ returned in bf16. Each function is one launch where torch spends several:
   rms_norm       y = norm(x)                                           (torch: eight small kernels)
   add_rms_norm   s = x + r rounded to bf16 (the residual add), y = norm(s)   -> (s, y)
   router_logits  add_rms_norm, then the router's linear on y: logits = y @ W^T + b (bf16)   -> (s, y, logits)
-                 (top_k: also route(logits)'s Routing, by the launch's last program; x16=True: also the
-                 MoE's fp16 input, x_to_f16(y, planes=True))
+                 (x16=True: also the MoE's fp16 input, x_to_f16(y, planes=True), as a fourth item)
 
 The decode step of GPT-OSS spends a launch on every one of these small steps (profiled on the H100: residual
 add 1.9 us, norm 2.6 us, router linear 4.4 us plus a 1.8 us split-K reduce), so folding them matters more
@@ -23,8 +22,6 @@ from ._triton import pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 from .linear_f16 import plane_words, store_x16_planes
 from .moe import MoESlots
-from .routing import fused_route_fits, route_meta, route_rows, routing_buffers
-from .sync import scratch
 
 
 @triton.jit
@@ -76,14 +73,9 @@ def _rms_norm_kernel(x_ptr, r_ptr, inv_ptr, w_ptr, s_ptr, y_ptr, H, eps, HAS_RES
 
 @triton.jit
 def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, xq_ptr, xs_ptr, H, E, eps, PLANE,
-                   ticket_ptr, ids_ptr, rw_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr,
-                   HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr,
-                   K: tl.constexpr = 0, KP: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1, BLOCK_EA: tl.constexpr = 1):
+                   HAS_RES: tl.constexpr, X16: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr):
     """The gate rows, biases and norm scale (weights) load before the PDL wait, which _summed_row issues;
-    x and r after it. K > 0: the program that stores the launch's last logits routes every row (route_rows):
-    each program counts itself on ticket_ptr after its stores (a barrier, one acq_rel atomic: add_partial's
-    pattern), and the count never resets, so the last of each launch is the one reaching a multiple of the
-    grid."""
+    x and r after it."""
     row = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
     re = pe * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -101,13 +93,6 @@ def _router_kernel(x_ptr, r_ptr, w_ptr, s_ptr, y_ptr, gw_ptr, gb_ptr, out_ptr, x
             store_x16_planes(xq_ptr, xs_ptr, row, y, rh, H, PLANE)
     logits = tl.sum(g.to(tl.float32) * y.to(tl.float32)[None, :], axis=1) + bias
     tl.store(out_ptr + row * E + re, logits.to(tl.bfloat16), mask=em)
-    if K > 0:
-        tl.debug_barrier()
-        done = tl.atomic_add(ticket_ptr, 1, sem="acq_rel") + 1
-        tl.debug_barrier()
-        if done % (tl.num_programs(0) * tl.num_programs(1)) == 0:
-            route_rows(out_ptr, ids_ptr, rw_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, tl.num_programs(0), E,
-                       E, K, KP, BLOCK_T, BLOCK_EA)
 
 
 def _check_norm_args(x, residual, scale):
@@ -164,13 +149,11 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | MoESlots | None, scal
 
 def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Tensor, eps: float,
                   gate_w: torch.Tensor, gate_b: torch.Tensor, *, block_e: int = 4,
-                  x16: bool = False, top_k: int = 0) -> tuple:
+                  x16: bool = False) -> tuple[torch.Tensor, ...]:
     """(s, y, logits): add_rms_norm(x, residual, scale, eps) and the router linear y @ gate_w^T + gate_b in
     one launch. gate_w [E, H] and gate_b [E] (bf16 or fp32); logits [..., E] bf16 like torch's F.linear in bf16.
-    x16=True also returns x_to_f16(y, planes=True) as a further item, (xq, xs) for moe_mxfp4(x16=...): the
-    MoE's fp16 input without a launch of its own. top_k > 0 also returns route(logits, top_k)'s Routing,
-    after logits and before (xq, xs), computed in the same launch by its last program (decode: a launch
-    fewer per MoE layer); rows and experts must fit route's one-program form (routing.fused_route_fits).
+    x16=True also returns x_to_f16(y, planes=True) as a fourth item, (xq, xs) for moe_mxfp4(x16=...): the
+    MoE's fp16 input without a launch of its own.
 
     Every program recomputes the row's norm and dots it with block_e experts' rows, so the grid is
     rows x E / block_e: meant for decode (a few rows); prefill is better served by rms_norm + a GEMM.
@@ -185,28 +168,15 @@ def router_logits(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.T
         raise ValueError(f"gate_b must have shape ({E},), got {tuple(gate_b.shape)}")
     if block_e < 1 or block_e & (block_e - 1):
         raise ValueError(f"block_e must be a power of two, got {block_e}")
-    if top_k and not fused_route_fits(rows, E, top_k):
-        raise ValueError(f"top_k={top_k} routing in the router launch takes 1..64 rows and k <= E <= 1024, got "
-                         f"{rows} rows, E={E}")
     s = x if residual is None else torch.empty_like(x)
     y = torch.empty_like(x)
     logits = torch.empty((*x.shape[:-1], E), device=x.device, dtype=torch.bfloat16)
     width = 8 * plane_words(H)  # fp16 per x16 row (4 planes)
     xq = torch.empty((rows, width if x16 else 0), device=x.device, dtype=torch.float16)
     xs = torch.empty((rows if x16 else 0,), device=x.device, dtype=torch.float32)
-    grid = (rows, triton.cdiv(E, block_e))
-    r = routing_buffers(rows, E, top_k, x.device) if top_k else None
-    route = {}
-    if top_k:  # a counter per grid shape; BLOCK_EA: route_rows' BLOCK_E (E padded)
-        route = route_meta(rows, E, top_k)
-        route["BLOCK_EA"] = route.pop("BLOCK_E")
-        ticket = scratch(x.device, ("router_route", *grid), 1)
-        rt = (ticket, r.ids, r.weights, r.counts, r.offsets, r.sorted, r.inverse)
-    else:
-        rt = (logits,) * 7  # unused
     if rows:
-        _router_kernel[grid](
+        _router_kernel[(rows, triton.cdiv(E, block_e))](
             x, residual if residual is not None else x, scale, s, y, gate_w.contiguous(), gate_b.contiguous(), logits,
-            xq if x16 else y, xs if x16 else y, H, E, float(eps), width // 4, *rt, HAS_RES=residual is not None,
-            X16=x16, BLOCK_E=block_e, **route, **_row_launch(H, width if x16 else 1), **pdl_launch())
-    return (s, y, logits) + ((r,) if top_k else ()) + (((xq, xs),) if x16 else ())
+            xq if x16 else y, xs if x16 else y, H, E, float(eps), width // 4, HAS_RES=residual is not None, X16=x16,
+            BLOCK_E=block_e, **_row_launch(H, width if x16 else 1), **pdl_launch())
+    return (s, y, logits, (xq, xs)) if x16 else (s, y, logits)

@@ -77,18 +77,17 @@ def _bookkeeping(ids: torch.Tensor, weights: torch.Tensor, E: int) -> Routing:
 
 
 @triton.jit
-def route_rows(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
-               K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """The whole routing of T tokens in the calling program: top-K per token (descending, lowest index on ties),
-    softmax over the K, and a counting sort of the T*K slots by expert (stable: the sort key is expert * S_pad
-    + slot). The logits load bypasses L1 (.cg): in router_logits(top_k=...) other programs of the same launch
-    wrote them, and this SM's L1 may hold an earlier call's lines."""
+def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
+                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program: top-K per token (descending, lowest index on ties), softmax over the K, and a counting
+    sort of the T*K slots by expert (stable: the sort key is expert * S_pad + slot)."""
+    pdl_enter()
     rt = tl.arange(0, BLOCK_T)
     re = tl.arange(0, BLOCK_E)
     rj = tl.arange(0, KP)
     tm = rt < T
     lg = tl.load(logits_ptr + rt[:, None] * stride_t + re[None, :], mask=tm[:, None] & (re < E)[None, :],
-                 other=float("-inf"), cache_modifier=".cg").to(tl.float32)
+                 other=float("-inf")).to(tl.float32)
     ids = tl.zeros((BLOCK_T, KP), tl.int32)
     vals = tl.full((BLOCK_T, KP), float("-inf"), tl.float32)
     for j in tl.static_range(K):
@@ -120,40 +119,17 @@ def route_rows(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv
     tl.store(inv_ptr + s_sorted, rp, mask=valid)
 
 
-@triton.jit
-def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
-                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """One program: route_rows."""
-    pdl_enter()
-    route_rows(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t, K, KP,
-               BLOCK_T, BLOCK_E)
-
-
-def routing_buffers(T: int, E: int, k: int, device) -> Routing:
-    """Uninitialized Routing tensors for T tokens, k of E experts (what route_rows fills)."""
-    i32 = dict(device=device, dtype=torch.int32)
-    return Routing(torch.empty((T, k), **i32), torch.empty((T, k), device=device, dtype=torch.float32),
-                   torch.empty(E, **i32), torch.empty(E + 1, **i32), torch.empty(T * k, **i32),
-                   torch.empty(T * k, **i32), E)
-
-
-def route_meta(T: int, E: int, k: int) -> dict:
-    """route_rows' constexprs for T tokens, k of E experts."""
-    return dict(K=k, KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
-                BLOCK_E=max(2, triton.next_power_of_2(E)))
-
-
-def fused_route_fits(T: int, E: int, k: int) -> bool:
-    """Whether route_rows takes T tokens, k of E experts in one program."""
-    return 0 < T <= FUSED_MAX_TOKENS and 1 <= k <= E <= 1024
-
-
 def _route_fused(logits: torch.Tensor, k: int) -> Routing:
     T, E = logits.shape
-    r = routing_buffers(T, E, k, logits.device)
-    _route_fused_kernel[(1,)](logits, r.ids, r.weights, r.counts, r.offsets, r.sorted, r.inverse, T, E,
-                              logits.stride(0), **route_meta(T, E, k), num_warps=4, **pdl_launch())
-    return r
+    dev = logits.device
+    i32 = dict(device=dev, dtype=torch.int32)
+    ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
+    counts, offs = torch.empty(E, **i32), torch.empty(E + 1, **i32)
+    srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
+    _route_fused_kernel[(1,)](logits, ids, w, counts, offs, srt, inv, T, E, logits.stride(0), K=k,
+                              KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
+                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=4, **pdl_launch())
+    return Routing(ids, w, counts, offs, srt, inv, E)
 
 
 def route(logits: torch.Tensor, k: int) -> Routing:
@@ -163,7 +139,7 @@ def route(logits: torch.Tensor, k: int) -> Routing:
     it is a single Triton program; beyond that (or for CPU logits on a machine with a GPU) torch's top-k and
     sort kernels.
     """
-    fits = logits.dim() == 2 and fused_route_fits(logits.shape[0], logits.shape[1], k)
+    fits = logits.dim() == 2 and 0 < logits.shape[0] <= FUSED_MAX_TOKENS and 1 <= k <= logits.shape[1] <= 1024
     if fits and (logits.is_cuda or INTERPRETED):  # CPU logits on a GPU machine take the torch path
         _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
         return _route_fused(logits.contiguous(), k)

@@ -84,65 +84,6 @@ def test_router_logits_fuses_add_norm_and_router_linear(block_e, device):
         K.router_logits(x, r, w, 1e-5, gw, gb[:3])
 
 
-def _router_inputs(rows, E, H, device, seed=7):
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(rows, H, generator=g) * 4).to(torch.bfloat16).to(device)
-    r = torch.randn(rows, H, generator=g).to(torch.bfloat16).to(device)
-    w = (torch.rand(H, generator=g) + 0.5).to(device)
-    gw = (torch.randn(E, H, generator=g) / 40).to(torch.bfloat16)
-    gw[E // 2] = gw[E // 3]  # two experts with equal logits in every row: route's tie order must hold
-    gb = torch.randn(E, generator=g).to(torch.bfloat16)
-    gb[E // 2] = gb[E // 3]
-    return x, r, w, gw.to(device), gb.to(device)
-
-
-def _same_routing(a, b):
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("ids", "weights", "counts", "offsets", "sorted",
-                                                                   "inverse"))
-
-
-@pytest.mark.parametrize("rows, E, k, block_e", [(1, 128, 4, 4), (3, 20, 4, 1), (16, 32, 4, 16), (5, 8, 8, 4)])
-def test_router_logits_top_k_routes_in_the_same_launch(rows, E, k, block_e, device):
-    """router_logits(top_k=k): the launch's last program routes, giving route(logits, k)'s Routing exactly,
-    call after call (the ticket counts on across calls and grid shapes), x16 or not."""
-    H = 96
-    x, r, w, gw, gb = _router_inputs(rows, E, H, device)
-    for call in range(3):
-        xc = x if call != 1 else x.flip(0)
-        s, y, logits, routing, (xq, xs) = K.router_logits(xc, r, w, 1e-5, gw, gb, block_e=block_e, x16=True,
-                                                          top_k=k)
-        assert _same_routing(routing, K.route(logits, k))
-        assert torch.equal(logits, K.router_logits(xc, r, w, 1e-5, gw, gb, block_e=block_e)[2])
-        assert routing.tokens == rows and routing.top_k == k and routing.num_experts == E
-    assert len(K.router_logits(x, r, w, 1e-5, gw, gb, top_k=k)) == 4  # (s, y, logits, routing)
-    with pytest.raises(ValueError, match="top_k=.* routing in the router launch"):
-        K.router_logits(x, r, w, 1e-5, gw, gb, top_k=E + 1)
-
-
-def test_router_logits_top_k_rejects_more_rows_than_one_program_routes(device):
-    x, r, w, gw, gb = _router_inputs(65, 8, 32, device)
-    with pytest.raises(ValueError, match="takes 1..64 rows"):
-        K.router_logits(x, r, w, 1e-5, gw, gb, top_k=2)
-
-
-@pytest.mark.gpu
-def test_router_logits_top_k_replays_in_a_graph_with_new_rows():
-    """Captured once, replayed with new x contents: the fused routing follows (the count carries over
-    replays)."""
-    rows, E, H, k = 2, 128, 2880, 4
-    x, r, w, gw, gb = _router_inputs(rows, E, H, "cuda")
-    K.router_logits(x, r, w, 1e-5, gw, gb, x16=True, top_k=k)  # compile outside capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = K.router_logits(x, r, w, 1e-5, gw, gb, x16=True, top_k=k)
-    for seed in range(4):
-        x.copy_((torch.randn(rows, H, generator=torch.Generator().manual_seed(seed)) * 4).to(torch.bfloat16))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert _same_routing(out[3], K.route(out[2], k))
-        assert torch.equal(out[2], K.router_logits(x, r, w, 1e-5, gw, gb)[2])
-
-
 @pytest.mark.parametrize("H", [64, 1504])  # planes wider than the row (64: 128 fp16), K/4 not a plane width
 def test_router_logits_x16_matches_x_to_f16(H, device):
     """router_logits(x16=True) stores the normed rows exactly as x_to_f16(planes=True) would, padding

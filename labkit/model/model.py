@@ -118,20 +118,16 @@ class GptOss:
     # forward
 
     def _router(self, x: torch.Tensor, a: torch.Tensor, lw, c: ModelConfig):
-        """(x + a, its mlp norm t, router logits, routing, t for the MoE kernels or None): the attention
-        residual add, the norm, the router linear and the routing; with the triton MoE the fused launch also
-        routes (its last program) and converts t to fp16 (x_to_f16's plane-major rows), which the decode MoE
-        would otherwise launch for."""
+        """(x + a, its mlp norm t, router logits, t for the MoE kernels or None): the attention residual add,
+        the norm and the router linear; with the triton MoE the fused launch also converts t to fp16
+        (x_to_f16's plane-major rows), which the decode MoE kernels would otherwise launch for."""
         rows = x.numel() // c.hidden
         if self.backends.attention == "triton" and rows <= ROUTER_FUSED_MAX_ROWS:
             if self.backends.moe == "triton":
-                return kernels.router_logits(x, a, lw.mlp_norm, c.norm_eps, lw.gate_w, lw.gate_b, x16=True,
-                                             top_k=c.top_k)
-            x, t, logits = kernels.router_logits(x, a, lw.mlp_norm, c.norm_eps, lw.gate_w, lw.gate_b)
-        else:
-            x, t = self._add_norm(x, a, lw.mlp_norm, c.norm_eps)
-            logits = F.linear(t, lw.gate_w, lw.gate_b)
-        return x, t, logits, self.moe.route(logits.reshape(rows, -1), c), None
+                return kernels.router_logits(x, a, lw.mlp_norm, c.norm_eps, lw.gate_w, lw.gate_b, x16=True)
+            return (*kernels.router_logits(x, a, lw.mlp_norm, c.norm_eps, lw.gate_w, lw.gate_b), None)
+        x, t = self._add_norm(x, a, lw.mlp_norm, c.norm_eps)
+        return x, t, F.linear(t, lw.gate_w, lw.gate_b), None
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache.create(self.config, batch, max_len, self.device)
@@ -171,7 +167,8 @@ class GptOss:
                 if emit:
                     emit(i, "attention", a)
                 with rng("router"):
-                    x, t, logits, routing, t16 = self._router(x, a, lw, c)
+                    x, t, logits, t16 = self._router(x, a, lw, c)
+                    routing = self.moe.route(logits.reshape(B * T, -1), c)
                 if emit:
                     emit(i, "router", dense_gates(routing, c.experts))
                 with rng("moe"):
