@@ -260,7 +260,26 @@ def cmd_compare(args) -> int:
     if gpus[0] != gpus[1]:
         print("A and B ran on different GPUs: each ratio is the GPU's effect as much as the code's")
     print(compare_summary(cmp))
+    _compare_profiles(args.run_a, args.run_b)
     return 0
+
+
+def _compare_profiles(run_a, run_b) -> None:
+    """Where both runs are decode profiles (`lab model profile`), where the step's time moved: per component
+    and per kernel."""
+    from .results import resolve_run
+
+    paths = [resolve_run(r) / "profile.json" for r in (run_a, run_b)]
+    if not all(p.is_file() for p in paths):
+        return
+    from .model.profile import compare_profiles, load_profile
+
+    comp, ker = compare_profiles(*(load_profile(p.parent) for p in paths))
+    fmt = {"A us": "{:.1f}".format, "B us": "{:.1f}".format, "B-A us": "{:+.1f}".format, "B/A": "{:.3f}".format}
+    print("\ndecode step per component (us per step):")
+    print(comp.to_string(index=False, formatters=fmt, na_rep="-"))
+    print("\nkernels that moved most (us per step):")
+    print(ker.to_string(index=False, formatters=fmt, na_rep="-"))
 
 
 def cmd_runs(args) -> int:
@@ -623,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "+nib: held as shuffle_nibbles' copy)")
     t.set_defaults(func=cmd_table)
 
-    p = sub.add_parser("compare", help="per-point ratio of two runs (B/A) with their noise bands, wins and losses")
+    p = sub.add_parser("compare", help="per-point ratio of two runs (B/A) with their noise bands, wins and losses; "
+                                       "of two decode profiles also per component and kernel")
     p.add_argument("run_a", help="run folder or run id (the reference)")
     p.add_argument("run_b", help="run folder or run id (the candidate: a ratio below 1 means B is faster)")
     p.add_argument("--op", help="only this op (linear, moe_layer, route, ...)")

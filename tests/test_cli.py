@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from labkit.cli import main
@@ -245,6 +246,36 @@ def test_compare_runs_and_sql_commands(tmp_path, capsys):
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert f"B = {b.name} (NVIDIA H200)" in out and "A and B ran on different GPUs" in out
+
+
+def test_compare_of_two_decode_profiles_says_where_the_step_moved(tmp_path, capsys):
+    """Two `lab model profile` runs: after the point table, per component and per kernel us, B - A and B / A;
+    a kernel only one side launched shows a blank on the other; C++ kernel names are cut to their name."""
+    from labkit.model.profile import compare_profiles, short_kernel
+
+    a, b = _two_runs(tmp_path)
+    long = "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long>(at::Info<long>, int)"
+    prof = {
+        a: {"step_us": 100.0, "breakdown": [{"component": "router", "us": 20.0}, {"component": "moe", "us": 80.0}],
+            "kernels": [{"kernel": "_router_kernel", "us": 12.0}, {"kernel": "_route_fused_kernel", "us": 8.0},
+                        {"kernel": "_moe_kernel", "us": 80.0}, {"kernel": long, "us": 1.0}]},
+        b: {"step_us": 95.0, "breakdown": [{"component": "router", "us": 15.0}, {"component": "moe", "us": 80.0}],
+            "kernels": [{"kernel": "_router_kernel", "us": 15.0}, {"kernel": "_moe_kernel", "us": 80.0},
+                        {"kernel": long, "us": 1.0}]}}
+    for run, p in prof.items():
+        (run / "profile.json").write_text(json.dumps(p))
+    comp, ker = compare_profiles(prof[a], prof[b])
+    assert comp.set_index("component")["B-A us"].to_dict() == {"router": -5.0, "moe": 0.0, "step": -5.0}
+    assert ker["kernel"].tolist()[:2] == ["_route_fused_kernel", "_router_kernel"]  # largest |B - A| first
+    assert pd.isna(ker.set_index("kernel").loc["_route_fused_kernel", "B us"])
+    assert short_kernel(long) == "at::native::indexSelectSmallIndex<c10::BFloat16, long>"
+    assert len(short_kernel("k" * 100)) == 60
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "decode step per component" in out and "kernels that moved most" in out
+    assert [ln.split() for ln in out.splitlines() if ln.strip().startswith(("router ", "step "))] == [
+        ["router", "20.0", "15.0", "-5.0", "0.750"], ["step", "100.0", "95.0", "-5.0", "0.950"]]
+    assert any(ln.split() == ["_route_fused_kernel", "8.0", "-", "-8.0", "-"] for ln in out.splitlines())
 
 
 @pytest.mark.parametrize("argv, expect", [

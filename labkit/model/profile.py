@@ -467,3 +467,42 @@ def store_profile(result: ProfileResult, out: str | Path | None = None, command:
 
 def load_profile(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / "profile.json").read_text())
+
+
+def short_kernel(name: str, width: int = 60) -> str:
+    """A kernel's name without its C++ return type and argument list, at most `width` characters."""
+    short = name if name.startswith("Memcpy") else \
+        name.removeprefix("void ").replace("(anonymous namespace)::", "").split("(")[0]
+    return short if len(short) <= width else short[:width - 3] + "..."
+
+
+def compare_profiles(a: dict, b: dict, *, kernels: int = 12) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two decode profiles (load_profile's dicts), B against A: (components, kernels), each with us per decode
+    step in A and B, B - A and B / A. A step's time says whether a change won; these say where: a component
+    or kernel only one side has (a launch fused away or added) shows a blank on the other. Kernels are the
+    `kernels` with the largest |B - A|, by name."""
+    def side(rows, key, value):  # names that shorten alike add up
+        out = {}
+        for r in rows:
+            out[r[key]] = out.get(r[key], 0.0) + r[value]
+        return out
+
+    def table(key, value, rows_a, rows_b):
+        ta, tb = side(rows_a, key, value), side(rows_b, key, value)
+        names = list(dict.fromkeys([*ta, *tb]))
+        t = pd.DataFrame({key: names, "A us": [ta.get(n) for n in names], "B us": [tb.get(n) for n in names]},
+                         dtype=object)
+        t[["A us", "B us"]] = t[["A us", "B us"]].astype(float)
+        t["B-A us"] = t["B us"].fillna(0.0) - t["A us"].fillna(0.0)
+        t["B/A"] = t["B us"] / t["A us"]
+        return t
+
+    comp = table("component", "us", a.get("breakdown", []), b.get("breakdown", []))
+    step = pd.DataFrame({"component": ["step"], "A us": [a.get("step_us")], "B us": [b.get("step_us")]})
+    step["B-A us"] = step["B us"] - step["A us"]
+    step["B/A"] = step["B us"] / step["A us"]
+    comp = pd.concat([comp, step], ignore_index=True)
+    ker = table("kernel", "us", *([{**r, "kernel": short_kernel(r["kernel"])} for r in p.get("kernels", [])]
+                                  for p in (a, b)))
+    ker = ker.reindex(ker["B-A us"].abs().sort_values(ascending=False).index).head(kernels).reset_index(drop=True)
+    return comp, ker
