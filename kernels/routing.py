@@ -18,8 +18,10 @@ from .formats import _check_tensor
 from .reference import topk_softmax
 
 #: up to this many tokens route() runs as one fused Triton program (top-k, softmax, counting sort);
-#: beyond it, torch's top-k and sort kernels (several launches, still no host sync).
+#: beyond it, three launches over blocks of tokens (still no host sync).
 FUSED_MAX_TOKENS = 64
+#: most token blocks of route's multi-program form (beyond FUSED_MAX_TOKENS): one program scans their counts
+BLOCKS_MAX = 128
 
 
 @dataclass(frozen=True)
@@ -77,17 +79,16 @@ def _bookkeeping(ids: torch.Tensor, weights: torch.Tensor, E: int) -> Routing:
 
 
 @triton.jit
-def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
-                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """One program: top-K per token (descending, lowest index on ties), softmax over the K, and a counting
-    sort of the T*K slots by expert (stable: the sort key is expert * S_pad + slot)."""
-    pdl_enter()
-    rt = tl.arange(0, BLOCK_T)
+def _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, t0, T, E, stride_t, K: tl.constexpr, KP: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Tokens t0 .. t0 + BLOCK_T - 1 (those below T): top-K (descending, lowest index on ties), softmax over the
+    K, ids and weights stored. Returns (ids [BLOCK_T, KP], their mask)."""
+    rt = t0 + tl.arange(0, BLOCK_T)
     re = tl.arange(0, BLOCK_E)
     rj = tl.arange(0, KP)
     tm = rt < T
-    lg = tl.load(logits_ptr + rt[:, None] * stride_t + re[None, :], mask=tm[:, None] & (re < E)[None, :],
-                 other=float("-inf")).to(tl.float32)
+    lg = tl.load(logits_ptr + rt[:, None].to(tl.int64) * stride_t + re[None, :],
+                 mask=tm[:, None] & (re < E)[None, :], other=float("-inf")).to(tl.float32)
     ids = tl.zeros((BLOCK_T, KP), tl.int32)
     vals = tl.full((BLOCK_T, KP), float("-inf"), tl.float32)
     for j in tl.static_range(K):
@@ -102,8 +103,19 @@ def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted
     jm = tm[:, None] & (rj < K)[None, :]
     tl.store(ids_ptr + rt[:, None] * K + rj[None, :], ids, mask=jm)
     tl.store(w_ptr + rt[:, None] * K + rj[None, :], w, mask=jm)
+    return ids, jm
+
+
+@triton.jit
+def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
+                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program: _topk_softmax_block, and a counting sort of the T*K slots by expert (stable: the sort key
+    is expert * S_pad + slot)."""
+    pdl_enter()
+    ids, jm = _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, 0, T, E, stride_t, K, KP, BLOCK_T, BLOCK_E)
+    re = tl.arange(0, BLOCK_E)
     S_PAD: tl.constexpr = BLOCK_T * KP
-    slot = rt[:, None] * K + rj[None, :]
+    slot = tl.arange(0, BLOCK_T)[:, None] * K + tl.arange(0, KP)[None, :]
     key = tl.where(jm, ids * S_PAD + slot, 2147483647)
     key = tl.sort(tl.reshape(key, (S_PAD,)))
     flat_ids = tl.reshape(tl.where(jm, ids, 0), (S_PAD,))
@@ -119,6 +131,62 @@ def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted
     tl.store(inv_ptr + s_sorted, rp, mask=valid)
 
 
+@triton.jit
+def _route_topk_kernel(logits_ptr, ids_ptr, w_ptr, hist_ptr, T, E, stride_t, K: tl.constexpr, KP: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Block b of BLOCK_T tokens: _topk_softmax_block, and the block's count per expert into hist[b]."""
+    pdl_enter()
+    b = tl.program_id(0)
+    ids, jm = _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, b * BLOCK_T, T, E, stride_t, K, KP, BLOCK_T, BLOCK_E)
+    S_BLK: tl.constexpr = BLOCK_T * KP
+    counts = tl.histogram(tl.reshape(tl.where(jm, ids, 0), (S_BLK,)), BLOCK_E, mask=tl.reshape(jm, (S_BLK,)))
+    tl.store(hist_ptr + b * BLOCK_E + tl.arange(0, BLOCK_E), counts)
+
+
+@triton.jit
+def _route_scan_kernel(hist_ptr, counts_ptr, offs_ptr, NB, E, BLOCK_B: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program over the blocks' counts hist[NB, E]: counts, offsets, and in place of hist[b, e] where block
+    b's slots of expert e start in the sorted order, less where they start in the block's own sorted order
+    (the block's counts of experts below e), so that _route_place_kernel adds a slot's position in its block."""
+    pdl_enter()
+    rb = tl.arange(0, BLOCK_B)
+    re = tl.arange(0, BLOCK_E)
+    hp = hist_ptr + rb[:, None] * BLOCK_E + re[None, :]
+    bm = (rb < NB)[:, None]
+    h = tl.load(hp, mask=bm, other=0)
+    counts = tl.sum(h, axis=0)
+    ends = tl.cumsum(counts, 0)
+    em = re < E
+    tl.store(counts_ptr + re, counts, mask=em)
+    tl.store(offs_ptr + 1 + re, ends, mask=em)
+    tl.store(offs_ptr + re, 0, mask=re == 0)
+    start = (ends - counts)[None, :] + tl.cumsum(h, 0) - h  # expert e's start, plus earlier blocks' e slots
+    in_block = tl.cumsum(h, 1) - h  # the block's slots of experts below e
+    tl.store(hp, start - in_block, mask=bm)
+
+
+@triton.jit
+def _route_place_kernel(ids_ptr, base_ptr, sorted_ptr, inv_ptr, T, K: tl.constexpr, KP: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Block b: its slots sorted by (expert, slot), each placed at base[b, expert] + its position in that order."""
+    pdl_enter()
+    b = tl.program_id(0)
+    rt = tl.arange(0, BLOCK_T)
+    rj = tl.arange(0, KP)
+    jm = ((b * BLOCK_T + rt) < T)[:, None] & (rj < K)[None, :]
+    ids = tl.load(ids_ptr + (b * BLOCK_T + rt)[:, None] * K + rj[None, :], mask=jm, other=0)
+    S_BLK: tl.constexpr = BLOCK_T * KP
+    local = rt[:, None] * KP + rj[None, :]
+    key = tl.sort(tl.reshape(tl.where(jm, ids * S_BLK + local, 2147483647), (S_BLK,)))
+    valid = key != 2147483647
+    e = tl.where(valid, key // S_BLK, 0)
+    ls = key % S_BLK
+    slot = (b * BLOCK_T + ls // KP) * K + ls % KP
+    pos = tl.load(base_ptr + b * BLOCK_E + e, mask=valid, other=0) + tl.arange(0, S_BLK)
+    tl.store(sorted_ptr + pos, slot, mask=valid)
+    tl.store(inv_ptr + slot, pos, mask=valid)
+
+
 def _route_fused(logits: torch.Tensor, k: int) -> Routing:
     T, E = logits.shape
     dev = logits.device
@@ -132,16 +200,58 @@ def _route_fused(logits: torch.Tensor, k: int) -> Routing:
     return Routing(ids, w, counts, offs, srt, inv, E)
 
 
+def _blocks_launch(T: int, E: int) -> dict | None:
+    """_route_topk/_place_kernel's token block for T tokens of E experts: at least 16 tokens, few enough
+    blocks (BLOCKS_MAX) for one program to scan their counts; None where a block's logits or the scan would
+    not fit one program's registers (E above 256, or T above 32768 at E = 128)."""
+    block_e = max(2, triton.next_power_of_2(E))
+    block_t = max(16, triton.next_power_of_2(triton.cdiv(T, BLOCKS_MAX)))
+    if block_t * block_e > 32768 or BLOCKS_MAX * block_e > 32768:
+        return None
+    return {"BLOCK_T": block_t, "BLOCK_E": block_e}
+
+
+def _route_blocks(logits: torch.Tensor, k: int, blocks: dict) -> Routing:
+    T, E = logits.shape
+    dev = logits.device
+    i32 = dict(device=dev, dtype=torch.int32)
+    ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
+    counts, offs = torch.empty(E, **i32), torch.empty(E + 1, **i32)
+    srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
+    nb = triton.cdiv(T, blocks["BLOCK_T"])
+    hist = torch.empty((nb, blocks["BLOCK_E"]), **i32)
+    kp = triton.next_power_of_2(k)
+    _route_topk_kernel[(nb,)](logits, ids, w, hist, T, E, logits.stride(0), K=k, KP=kp, **blocks, num_warps=4,
+                              **pdl_launch())
+    _route_scan_kernel[(1,)](hist, counts, offs, nb, E, BLOCK_B=max(2, triton.next_power_of_2(nb)),
+                             BLOCK_E=blocks["BLOCK_E"], num_warps=8, **pdl_launch())
+    _route_place_kernel[(nb,)](ids, hist, srt, inv, T, K=k, KP=kp, **blocks, num_warps=4, **pdl_launch())
+    return Routing(ids, w, counts, offs, srt, inv, E)
+
+
+def route_path(T: int, E: int, k: int, on_device: bool = True) -> str:
+    """Which form route() takes for logits [T, E] on the GPU (or in the interpreter): "fused" (one program),
+    "blocks" (three launches over token blocks) or "torch"; on_device=False: CPU logits on a GPU machine."""
+    if not (0 < T and 1 <= k <= E <= 1024 and on_device):
+        return "torch"
+    return "fused" if T <= FUSED_MAX_TOKENS else "blocks" if _blocks_launch(T, E) else "torch"
+
+
 def route(logits: torch.Tensor, k: int) -> Routing:
-    """GPT-OSS routing: top-k of router logits [T, E] (descending), softmax over the k, then bookkeeping.
+    """GPT-OSS routing: top-k of router logits [T, E] (descending, lowest index on ties), softmax over the k,
+    then bookkeeping.
 
     Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_MAX_TOKENS tokens
-    it is a single Triton program; beyond that (or for CPU logits on a machine with a GPU) torch's top-k and
-    sort kernels.
+    it is a single Triton program; beyond that three launches over blocks of tokens (top-k and each block's
+    counts per expert; one program scanning those counts; each block placing its slots), and where even that
+    does not fit (E above 256), or for CPU logits on a machine with a GPU, torch's top-k and sort kernels.
     """
-    fits = logits.dim() == 2 and 0 < logits.shape[0] <= FUSED_MAX_TOKENS and 1 <= k <= logits.shape[1] <= 1024
-    if fits and (logits.is_cuda or INTERPRETED):  # CPU logits on a GPU machine take the torch path
+    T, E = logits.shape if logits.dim() == 2 else (0, 0)
+    path = route_path(T, E, k, logits.is_cuda or INTERPRETED)  # CPU logits on a GPU machine: torch
+    if path != "torch":
         _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
-        return _route_fused(logits.contiguous(), k)
+        if path == "fused":
+            return _route_fused(logits.contiguous(), k)
+        return _route_blocks(logits.contiguous(), k, _blocks_launch(T, E))
     ids, weights = topk_softmax(logits, k)
     return _bookkeeping(ids, weights, logits.shape[1])

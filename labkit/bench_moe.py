@@ -15,6 +15,7 @@ import torch
 
 from kernels import VARIANTS, MXFP4Tensor, Routing, moe_mxfp4, mxfp4_to_dense, route
 from kernels.reference import reference_moe
+from kernels.routing import route_path
 
 from . import routing as routing_gen
 from .bench import (
@@ -204,8 +205,8 @@ def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0,
 def measure_route(model: str, tokens: int, *, seed: int = 0, reps: int = 20) -> dict:
     """One `route` point: top-k + softmax + bookkeeping from router logits [T, E] (device side)."""
     E, k, H, _ = MODELS[model]
-    row = {"op": "route", "variant": "torch", "config": {}, "m": tokens, "n": E, "k": H, "experts": E, "top_k": k,
-           "routing": "from_logits", "model": model, "status": "failed", "error": None,
+    row = {"op": "route", "variant": route_path(tokens, E, k), "config": {}, "m": tokens, "n": E, "k": H,
+           "experts": E, "top_k": k, "routing": "from_logits", "model": model, "status": "failed", "error": None,
            "bytes": tokens * E * 4 + tokens * k * 8, "flops": 0.0}
     try:
         g = torch.Generator(device=device()).manual_seed(seed)

@@ -76,7 +76,7 @@ def selfcheck_moe(seed: int = 0) -> list[dict]:
                 except Exception as e:
                     rows.append({"variant": name, "m": T, "n": 2 * I, "k": H, "config": rt, "err": None, "ok": False,
                                  "error": f"{type(e).__name__}: {e}"[:300]})
-    for T, E in ((1, 128), (5, 32), (64, 128), (200, 32)):  # the fused router and the torch path
+    for T, E in ((1, 128), (5, 32), (64, 128), (200, 32), (1000, 128)):  # route's one program and token blocks
         from kernels import route
         from kernels.reference import topk_softmax
         from kernels.routing import _bookkeeping

@@ -336,6 +336,8 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         if on_gpu:
             torch.cuda.empty_cache()
     if spec["op"] == "moe" and spec.get("route"):
+        from kernels.routing import route_path
+
         from . import bench_moe
 
         models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
@@ -343,8 +345,8 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         for model in models:
             E, k, H, _ = bench_moe.MODELS[model]
             for t in tokens:
-                key = {"op": "route", "variant": "torch", "config": {}, "m": t, "n": E, "k": H, "experts": E,
-                       "top_k": k, "routing": "from_logits"}
+                key = {"op": "route", "variant": route_path(t, E, k), "config": {}, "m": t, "n": E, "k": H,
+                       "experts": E, "top_k": k, "routing": "from_logits"}
                 if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
                     store.append(bench_moe.measure_route(model, t))
     bar.close()

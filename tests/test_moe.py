@@ -86,6 +86,42 @@ def test_route_matches_torch_reference(device):
     assert torch.equal(r.sorted.long()[r.inverse.long()], torch.arange(33 * 4, device=logits.device))
 
 
+def _same_routing(a, b, fields=("ids", "weights", "counts", "offsets", "sorted", "inverse")):
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
+
+
+@pytest.mark.parametrize("T, E, k", [(65, 8, 2), (200, 128, 4), (300, 32, 4), (129, 16, 1)])
+def test_route_over_token_blocks_matches_the_one_program_form(T, E, k, device):
+    """Beyond FUSED_MAX_TOKENS route runs three launches over token blocks: per token the same top-k and
+    weights, bit for bit, as the one-program form gives on pieces of at most 64 tokens, and the bookkeeping
+    _bookkeeping gives for those ids (a stable sort by expert). Ties (two equal columns) and one expert in
+    every token's top k included."""
+    from kernels.routing import FUSED_MAX_TOKENS, _bookkeeping, route_path
+
+    g = torch.Generator().manual_seed(T + E)
+    logits = torch.randn(T, E, generator=g)
+    logits[:, E // 2] = logits[:, E // 3]  # ties: the lower index comes first
+    logits[: T // 2, E - 1] += 50.0  # half the tokens all on the last expert
+    logits = logits.to(device)
+    assert route_path(T, E, k) == "blocks"
+    r = K.route(logits, k)
+    pieces = [K.route(logits[i:i + FUSED_MAX_TOKENS], k) for i in range(0, T, FUSED_MAX_TOKENS)]
+    assert torch.equal(r.ids, torch.cat([p.ids for p in pieces]))
+    assert torch.equal(r.weights, torch.cat([p.weights for p in pieces]))
+    assert _same_routing(r, _bookkeeping(r.ids, r.weights, E))
+    want = torch.sort(-logits.float().cpu(), dim=1, stable=True).indices[:, :k]  # lowest index first on ties
+    assert torch.equal(r.ids.long().cpu(), want)
+
+
+def test_route_path_by_size():
+    from kernels.routing import route_path
+
+    assert [route_path(t, 128, 4) for t in (1, 64, 65, 8192, 32768, 32769)] == [
+        "fused", "fused", "blocks", "blocks", "blocks", "torch"]
+    assert route_path(100, 512, 4) == "torch" and route_path(100, 256, 4) == "blocks"
+    assert route_path(0, 128, 4) == route_path(8, 4, 5) == route_path(8, 128, 4, on_device=False) == "torch"
+
+
 def test_route_with_duplicates_and_empty_experts(device):
     ids = torch.tensor([[2, 2], [2, 5]], dtype=torch.int32, device=device)
     r = K.Routing.from_ids(ids, torch.ones(2, 2, device=device), 8)
@@ -287,6 +323,25 @@ def test_graph_capture_replays_new_routing_contents(name, layer):
         torch.cuda.synchronize()
         ref = K.reference_moe(x.float().cpu(), logits.cpu(), *(t.cpu() for t in (w1, b1, w2, b2)), k=TOPK)
         assert rel_err(y, ref) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [33, 300])
+def test_route_replays_in_a_graph_with_new_logits(T):
+    """route (one program, or three launches over token blocks) captured once, replayed with new logits."""
+    logits = torch.randn(T, E, device="cuda")
+    K.route(logits, TOPK)  # compile outside capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        r = K.route(logits, TOPK)
+    for seed in range(3):
+        new = torch.randn(T, E, generator=torch.Generator().manual_seed(seed)).cuda()
+        if seed == 2:
+            new[:, 5] += 100.0  # all tokens on one expert
+        logits.copy_(new)
+        g.replay()
+        torch.cuda.synchronize()
+        assert _same_routing(r, K.route(logits, TOPK))
 
 
 def test_precomputed_x16_gives_the_same_output(layer, device):
