@@ -17,9 +17,10 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, tl, triton
 from .formats import _check_tensor
 from .reference import topk_softmax
 
-#: up to this many tokens route() runs as one fused Triton program (top-k, softmax, counting sort);
-#: beyond it, three launches over blocks of tokens (still no host sync).
+#: the most tokens route's one-program form takes (top-k, softmax, counting sort in one Triton program)
 FUSED_MAX_TOKENS = 64
+#: up to this many tokens route() picks the one-program form, beyond it three launches over token blocks
+FUSED_ROUTE_TOKENS = 64
 #: most token blocks of route's multi-program form (beyond FUSED_MAX_TOKENS): one program scans their counts
 BLOCKS_MAX = 128
 
@@ -229,28 +230,48 @@ def _route_blocks(logits: torch.Tensor, k: int, blocks: dict) -> Routing:
     return Routing(ids, w, counts, offs, srt, inv, E)
 
 
-def route_path(T: int, E: int, k: int, on_device: bool = True) -> str:
-    """Which form route() takes for logits [T, E] on the GPU (or in the interpreter): "fused" (one program),
-    "blocks" (three launches over token blocks) or "torch"; on_device=False: CPU logits on a GPU machine."""
+#: route's forms: one program, three launches over token blocks, torch's top-k and sort
+ROUTE_FORMS = ("fused", "blocks", "torch")
+
+
+def route_forms(T: int, E: int, k: int, on_device: bool = True) -> list[str]:
+    """The forms route() can take for logits [T, E] on the GPU (or in the interpreter); on_device=False: CPU
+    logits on a machine with a GPU, which only torch takes."""
     if not (0 < T and 1 <= k <= E <= 1024 and on_device):
-        return "torch"
-    return "fused" if T <= FUSED_MAX_TOKENS else "blocks" if _blocks_launch(T, E) else "torch"
+        return ["torch"]
+    return [f for f, fits in (("fused", T <= FUSED_MAX_TOKENS), ("blocks", _blocks_launch(T, E) is not None),
+                              ("torch", True)) if fits]
 
 
-def route(logits: torch.Tensor, k: int) -> Routing:
+def route_path(T: int, E: int, k: int, on_device: bool = True) -> str:
+    """The form route() picks: "fused" up to FUSED_ROUTE_TOKENS tokens, else "blocks" where it fits, else
+    "torch" (route_forms' first that applies past that choice)."""
+    forms = route_forms(T, E, k, on_device)
+    if "fused" in forms and T > FUSED_ROUTE_TOKENS and "blocks" in forms:
+        forms.remove("fused")
+    return forms[0]
+
+
+def route(logits: torch.Tensor, k: int, *, form: str | None = None) -> Routing:
     """GPT-OSS routing: top-k of router logits [T, E] (descending, lowest index on ties), softmax over the k,
     then bookkeeping.
 
-    Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_MAX_TOKENS tokens
+    Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_ROUTE_TOKENS tokens
     it is a single Triton program; beyond that three launches over blocks of tokens (top-k and each block's
     counts per expert; one program scanning those counts; each block placing its slots), and where even that
     does not fit (E above 256), or for CPU logits on a machine with a GPU, torch's top-k and sort kernels.
+    form ("fused", "blocks", "torch") forces one of them where it applies (route_forms), to measure or test it.
     """
     T, E = logits.shape if logits.dim() == 2 else (0, 0)
-    path = route_path(T, E, k, logits.is_cuda or INTERPRETED)  # CPU logits on a GPU machine: torch
-    if path != "torch":
+    on_device = logits.is_cuda or INTERPRETED  # CPU logits on a GPU machine: torch
+    if form is None:
+        form = route_path(T, E, k, on_device)
+    elif form not in route_forms(T, E, k, on_device):
+        raise ValueError(f"route form {form!r} does not apply to logits {tuple(logits.shape)} with k={k} on "
+                         f"{logits.device.type}: it takes {route_forms(T, E, k, on_device)} (of {ROUTE_FORMS})")
+    if form != "torch":
         _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
-        if path == "fused":
+        if form == "fused":
             return _route_fused(logits.contiguous(), k)
         return _route_blocks(logits.contiguous(), k, _blocks_launch(T, E))
     ids, weights = topk_softmax(logits, k)

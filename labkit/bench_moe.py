@@ -202,16 +202,18 @@ def measure_moe(case: MoECase, bench: MoEBench, *, ceilings=None, seed: int = 0,
     return add_floor(row, cost, ceilings)
 
 
-def measure_route(model: str, tokens: int, *, seed: int = 0, reps: int = 20) -> dict:
-    """One `route` point: top-k + softmax + bookkeeping from router logits [T, E] (device side)."""
+def measure_route(model: str, tokens: int, *, form: str | None = None, seed: int = 0, reps: int = 20) -> dict:
+    """One `route` point: top-k + softmax + bookkeeping from router logits [T, E] (device side), in the form
+    route() picks, or the given one (kernels.routing.route_forms); the variant names the form."""
     E, k, H, _ = MODELS[model]
-    row = {"op": "route", "variant": route_path(tokens, E, k), "config": {}, "m": tokens, "n": E, "k": H,
+    form = form or route_path(tokens, E, k)
+    row = {"op": "route", "variant": form, "config": {}, "m": tokens, "n": E, "k": H,
            "experts": E, "top_k": k, "routing": "from_logits", "model": model, "status": "failed", "error": None,
            "bytes": tokens * E * 4 + tokens * k * 8, "flops": 0.0}
     try:
         g = torch.Generator(device=device()).manual_seed(seed)
         logits = torch.randn(tokens, E, generator=g, device=device())
-        r = route(logits, k)
+        r = route(logits, k, form=form)
         vals, ids = torch.topk(logits, k, dim=-1)  # the torch reference of the same routing
         ok = (torch.equal(r.ids.long(), ids) and torch.allclose(r.weights, torch.softmax(vals, -1))
               and torch.equal(r.counts.long(), torch.bincount(ids.reshape(-1), minlength=E)))
@@ -219,7 +221,7 @@ def measure_route(model: str, tokens: int, *, seed: int = 0, reps: int = 20) -> 
         if not ok:
             row["status"] = "incorrect"
             return row
-        row.update(time_calls([lambda: route(logits, k)], reps=reps))
+        row.update(time_calls([lambda: route(logits, k, form=form)], reps=reps))
         row["status"] = "ok"
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {_first_line(e)}"

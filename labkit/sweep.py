@@ -336,7 +336,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         if on_gpu:
             torch.cuda.empty_cache()
     if spec["op"] == "moe" and spec.get("route"):
-        from kernels.routing import route_path
+        from kernels.routing import route_forms, route_path
 
         from . import bench_moe
 
@@ -344,11 +344,13 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
         for model in models:
             E, k, H, _ = bench_moe.MODELS[model]
-            for t in tokens:
-                key = {"op": "route", "variant": route_path(t, E, k), "config": {}, "m": t, "n": E, "k": H,
-                       "experts": E, "top_k": k, "routing": "from_logits"}
-                if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
-                    store.append(bench_moe.measure_route(model, t))
+            for t in tokens:  # route: true, the form route() picks; route: all, every form that applies
+                forms = route_forms(t, E, k) if spec["route"] == "all" else [route_path(t, E, k)]
+                for form in forms:
+                    key = {"op": "route", "variant": form, "config": {}, "m": t, "n": E, "k": H,
+                           "experts": E, "top_k": k, "routing": "from_logits"}
+                    if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
+                        store.append(bench_moe.measure_route(model, t, form=form))
     bar.close()
     run.finish()
     return run.path

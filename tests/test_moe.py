@@ -113,13 +113,23 @@ def test_route_over_token_blocks_matches_the_one_program_form(T, E, k, device):
     assert torch.equal(r.ids.long().cpu(), want)
 
 
-def test_route_path_by_size():
-    from kernels.routing import route_path
+def test_route_forms_and_the_pick_by_size(device):
+    """route_forms lists the forms that apply, route_path the one route() picks; form= forces one, and each
+    gives the same Routing (the torch form's weights up to rounding); a form that does not apply is an error."""
+    from kernels.routing import FUSED_ROUTE_TOKENS, route_forms, route_path
 
-    assert [route_path(t, 128, 4) for t in (1, 64, 65, 8192, 32768, 32769)] == [
-        "fused", "fused", "blocks", "blocks", "blocks", "torch"]
-    assert route_path(100, 512, 4) == "torch" and route_path(100, 256, 4) == "blocks"
-    assert route_path(0, 128, 4) == route_path(8, 4, 5) == route_path(8, 128, 4, on_device=False) == "torch"
+    assert route_forms(64, 128, 4) == ["fused", "blocks", "torch"] and route_forms(65, 128, 4) == ["blocks", "torch"]
+    assert route_forms(32769, 128, 4) == ["torch"] and route_forms(100, 512, 4) == ["torch"]
+    assert route_forms(100, 256, 4) == ["blocks", "torch"] and route_forms(8, 128, 4, on_device=False) == ["torch"]
+    assert route_forms(0, 128, 4) == route_forms(8, 4, 5) == ["torch"]
+    assert [route_path(t, 128, 4) for t in (1, FUSED_ROUTE_TOKENS, FUSED_ROUTE_TOKENS + 1, 32769)] == [
+        "fused", "fused", "blocks", "torch"]
+    logits = torch.randn(40, 16, generator=torch.Generator().manual_seed(3)).to(device)
+    fused, blocks, ref = (K.route(logits, 4, form=f) for f in ("fused", "blocks", "torch"))
+    assert _same_routing(fused, blocks) and _same_routing(fused, ref, ("ids", "counts", "offsets", "sorted", "inverse"))
+    assert torch.allclose(fused.weights, ref.weights)
+    with pytest.raises(ValueError, match="route form 'fused' does not apply"):
+        K.route(torch.randn(65, 16).to(device), 4, form="fused")
 
 
 def test_route_with_duplicates_and_empty_experts(device):

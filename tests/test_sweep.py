@@ -76,6 +76,14 @@ def test_resume_skips_stored_route_points(tmp_path, monkeypatch):
     assert len(PointStore(path).read()) == 2
 
 
+def test_route_all_measures_every_form_that_applies(tmp_path):
+    """route: all (route_forms' spec) times each form of route at each token count, the form as the variant."""
+    pts = PointStore(run_sweep("route_forms", out=tmp_path / "run", progress=False)).read()
+    got = sorted(zip(pts["m"], pts["variant"], pts["status"]))
+    assert got == [(1, "blocks", "ok"), (1, "fused", "ok"), (1, "torch", "ok"), (70, "blocks", "ok"),
+                   (70, "torch", "ok")]
+
+
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
     spec = {**TINY, "m": [1, 2, 3, 4, 5, 6]}  # 18 points
