@@ -19,8 +19,14 @@ from .reference import topk_softmax
 
 #: the most tokens route's one-program form takes (top-k, softmax, counting sort in one Triton program)
 FUSED_MAX_TOKENS = 64
-#: up to this many tokens route() picks the one-program form, beyond it three launches over token blocks
-FUSED_ROUTE_TOKENS = 64
+#: route() picks the one-program form while its tile (tokens and experts padded to powers of two) holds at most
+#: this many logits and sorts at most FUSED_ROUTE_SLOTS slots, else three launches over token blocks. On the
+#: H200 (results/20261128T200301-h200-route-forms-a, …200340-…-b) one program ran 16 tokens of E = 128 in 8.3 us
+#: against 9.2 for the blocks, 24-32 tokens in 12.5-13.5 against 9.4-9.6; 32 tokens of E = 32 in 6.0 against
+#: 6.8, 48-64 in 11.4-11.6 against 7.0-7.1 (the 256-slot sort); 1-8 tokens 3.6-6.4 against 6.7-9.2 (the blocks'
+#: three launches).
+FUSED_ROUTE_LOGITS = 2048
+FUSED_ROUTE_SLOTS = 128
 #: most token blocks of route's multi-program form (beyond FUSED_MAX_TOKENS): one program scans their counts
 BLOCKS_MAX = 128
 
@@ -100,7 +106,10 @@ def _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, t0, T, E, stride_t, K: tl.co
         lg = tl.where(re[None, :] == a[:, None], float("-inf"), lg)
     top = tl.where(tm, tl.max(vals, axis=1), 0.0)  # padded tokens: keep their (unstored) math finite
     ex = tl.where((rj[None, :] < K) & tm[:, None], tl.exp(vals - top[:, None]), 0.0)
-    w = ex / tl.maximum(tl.sum(ex, axis=1), 1e-30)[:, None]
+    den = tl.zeros((BLOCK_T,), tl.float32)
+    for j in tl.static_range(K):  # in order j = 0, 1, ...: the same sum whatever the layout (num_warps, tile)
+        den += tl.sum(tl.where(rj[None, :] == j, ex, 0.0), axis=1)
+    w = ex / tl.maximum(den, 1e-30)[:, None]
     jm = tm[:, None] & (rj < K)[None, :]
     tl.store(ids_ptr + rt[:, None] * K + rj[None, :], ids, mask=jm)
     tl.store(w_ptr + rt[:, None] * K + rj[None, :], w, mask=jm)
@@ -244,11 +253,13 @@ def route_forms(T: int, E: int, k: int, on_device: bool = True) -> list[str]:
 
 
 def route_path(T: int, E: int, k: int, on_device: bool = True) -> str:
-    """The form route() picks: "fused" up to FUSED_ROUTE_TOKENS tokens, else "blocks" where it fits, else
-    "torch" (route_forms' first that applies past that choice)."""
+    """The form route() picks: "fused" while its padded tile stays within FUSED_ROUTE_LOGITS logits and
+    FUSED_ROUTE_SLOTS sorted slots, else "blocks" where it fits, else "torch"."""
     forms = route_forms(T, E, k, on_device)
-    if "fused" in forms and T > FUSED_ROUTE_TOKENS and "blocks" in forms:
-        forms.remove("fused")
+    if "fused" in forms and "blocks" in forms:
+        bt, ep, kp = (max(2, triton.next_power_of_2(v)) for v in (T, E, k))
+        if bt * ep > FUSED_ROUTE_LOGITS or bt * kp > FUSED_ROUTE_SLOTS:
+            forms.remove("fused")
     return forms[0]
 
 
@@ -256,8 +267,8 @@ def route(logits: torch.Tensor, k: int, *, form: str | None = None) -> Routing:
     """GPT-OSS routing: top-k of router logits [T, E] (descending, lowest index on ties), softmax over the k,
     then bookkeeping.
 
-    Fixed launch shapes and no host reads: safe to capture in a CUDA graph. Up to FUSED_ROUTE_TOKENS tokens
-    it is a single Triton program; beyond that three launches over blocks of tokens (top-k and each block's
+    Fixed launch shapes and no host reads: safe to capture in a CUDA graph. For a few tokens (route_path) it
+    is a single Triton program; beyond that three launches over blocks of tokens (top-k and each block's
     counts per expert; one program scanning those counts; each block placing its slots), and where even that
     does not fit (E above 256), or for CPU logits on a machine with a GPU, torch's top-k and sort kernels.
     form ("fused", "blocks", "torch") forces one of them where it applies (route_forms), to measure or test it.
