@@ -197,8 +197,15 @@ def _route_place_kernel(ids_ptr, base_ptr, sorted_ptr, inv_ptr, T, K: tl.constex
     tl.store(inv_ptr + slot, pos, mask=valid)
 
 
-def _route_fused(logits: torch.Tensor, k: int) -> Routing:
+def fused_route_warps(T: int, E: int, k: int) -> int:
+    """Warps of route's one-program form for T tokens of E experts (k each)."""
+    return 4
+
+
+def _route_fused(logits: torch.Tensor, k: int, num_warps: int | None = None) -> Routing:
     T, E = logits.shape
+    if num_warps is None:
+        num_warps = fused_route_warps(T, E, k)
     dev = logits.device
     i32 = dict(device=dev, dtype=torch.int32)
     ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
@@ -206,7 +213,7 @@ def _route_fused(logits: torch.Tensor, k: int) -> Routing:
     srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
     _route_fused_kernel[(1,)](logits, ids, w, counts, offs, srt, inv, T, E, logits.stride(0), K=k,
                               KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
-                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=4, **pdl_launch())
+                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=num_warps, **pdl_launch())
     return Routing(ids, w, counts, offs, srt, inv, E)
 
 
