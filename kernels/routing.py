@@ -197,15 +197,19 @@ def _route_place_kernel(ids_ptr, base_ptr, sorted_ptr, inv_ptr, T, K: tl.constex
     tl.store(inv_ptr + slot, pos, mask=valid)
 
 
-def fused_route_warps(T: int, E: int, k: int) -> int:
-    """Warps of route's one-program form for T tokens of E experts (k each)."""
-    return 4
+def fused_route_warps(T: int, E: int) -> int:
+    """Warps of route's one-program form for T tokens of E experts: one per 128 logits of its padded tile, 1 to
+    8. On the H200 (.device/route_warps.py: results/20261128T*-h200-route-warps-*) 256 logits ran in 3.9-4.1 us
+    on 1-2 warps against 4.6-4.7 on 4, 512 fastest on 4 (4.1-4.3 us), 1024-2048 on 8 (5.3-8.0 against 6.1-8.8
+    on 4); up to 128 logits within 0.3 us whatever the warps."""
+    logits = max(2, triton.next_power_of_2(T)) * max(2, triton.next_power_of_2(E))
+    return min(8, max(1, logits // 128))
 
 
 def _route_fused(logits: torch.Tensor, k: int, num_warps: int | None = None) -> Routing:
     T, E = logits.shape
     if num_warps is None:
-        num_warps = fused_route_warps(T, E, k)
+        num_warps = fused_route_warps(T, E)
     dev = logits.device
     i32 = dict(device=dev, dtype=torch.int32)
     ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
