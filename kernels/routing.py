@@ -199,9 +199,9 @@ def _route_place_kernel(ids_ptr, base_ptr, sorted_ptr, inv_ptr, T, K: tl.constex
 
 def fused_route_warps(T: int, E: int) -> int:
     """Warps of route's one-program form for T tokens of E experts: one per 128 logits of its padded tile, 1 to
-    8. On the H200 (.device/route_warps.py: results/20261128T*-h200-route-warps-*) 256 logits ran in 3.9-4.1 us
-    on 1-2 warps against 4.6-4.7 on 4, 512 fastest on 4 (4.1-4.3 us), 1024-2048 on 8 (5.3-8.0 against 6.1-8.8
-    on 4); up to 128 logits within 0.3 us whatever the warps."""
+    8. On the H200 (.device/route_warps.py; results/20261128T203701-h200-route-warps-t1, …203736-…-e32-all):
+    256 logits 3.9 us on 1-2 warps against 4.1-4.6 on 4, 512 4.3 on 4 against 4.8-5.3, 1024 5.3 on 8 against
+    6.1 on 4; up to 128 logits within 0.3 us whatever the warps."""
     logits = max(2, triton.next_power_of_2(T)) * max(2, triton.next_power_of_2(E))
     return min(8, max(1, logits // 128))
 
