@@ -116,7 +116,7 @@ def test_route_over_token_blocks_matches_the_one_program_form(T, E, k, device):
 def test_route_forms_and_the_pick_by_size(device):
     """route_forms lists the forms that apply, route_path the one route() picks; form= forces one, and each
     gives the same Routing (the torch form's weights up to rounding); a form that does not apply is an error."""
-    from kernels.routing import route_forms, route_path
+    from kernels.routing import fused_route_warps, route_forms, route_path
 
     assert route_forms(64, 128, 4) == ["fused", "blocks", "torch"] and route_forms(65, 128, 4) == ["blocks", "torch"]
     assert route_forms(32769, 128, 4) == ["torch"] and route_forms(100, 512, 4) == ["torch"]
@@ -124,6 +124,8 @@ def test_route_forms_and_the_pick_by_size(device):
     assert route_forms(0, 128, 4) == route_forms(8, 4, 5) == ["torch"]
     assert [route_path(t, 128, 4) for t in (1, 16, 17, 64, 32769)] == ["fused", "fused", "blocks", "blocks", "torch"]
     assert [route_path(t, 32, 4) for t in (32, 33)] == ["fused", "blocks"]  # the sort's 128 slots
+    assert [fused_route_warps(t, 128) for t in (1, 3, 8, 16)] == [2, 4, 8, 8]  # a warp per 128 padded logits
+    assert [fused_route_warps(t, 32) for t in (1, 8, 32)] == [1, 2, 8]
     logits = torch.randn(40, 16, generator=torch.Generator().manual_seed(3)).to(device)
     fused, blocks, ref = (K.route(logits, 4, form=f) for f in ("fused", "blocks", "torch"))
     assert _same_routing(fused, blocks) and _same_routing(fused, ref, ("ids", "counts", "offsets", "sorted", "inverse"))
