@@ -9,17 +9,15 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 tests=$1 spec=$2 new=$LAB_GIT_COMMIT
 [ -n "$tests" ] && python3 -m pytest -q tests/test_linear.py tests/test_moe.py -k "$tests" 2>&1 | tail -3
-files=$(cd "$AB_OLD" && find . -type f)
-mkdir -p /tmp/ab_new && for f in $files; do mkdir -p /tmp/ab_new/$(dirname $f); cp $f /tmp/ab_new/$f; done
+source .device/ab_swap.sh
 for i in $(seq 1 ${ROUNDS:-2}); do
   for tag in new old; do
-    src=/tmp/ab_new; [ $tag = old ] && src=$AB_OLD
-    for f in $files; do cp $src/$f $f; done
+    ab_use $tag
     out=$OUT/${spec//_/-}-$tag$i
     [ $tag = old ] && export LAB_GIT_COMMIT=$AB_OLD_COMMIT || export LAB_GIT_COMMIT=$new
     timeout ${SWEEP_S:-240} python3 -m labkit sweep $spec --out $out --quiet 2>&1 | tail -1
   done
 done
-for f in $files; do cp /tmp/ab_new/$f $f; done
+ab_use new
 for d in $OUT/*/; do echo "== $d"; python3 -m labkit best $d 2>&1 | cut -c1-150 | tail -${BEST_LINES:-24}; done
 cd $OUT && tar czf runs.tgz --remove-files */ && ls -la

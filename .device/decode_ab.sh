@@ -6,16 +6,14 @@
 export PYTHONUNBUFFERED=1
 name=$1; shift
 new=$LAB_GIT_COMMIT
-files=$(cd "$AB_OLD" && find . -type f)
-mkdir -p /tmp/ab_new && for f in $files; do mkdir -p /tmp/ab_new/$(dirname $f); cp $f /tmp/ab_new/$f; done
+source .device/ab_swap.sh
 for i in $(seq 1 ${ROUNDS:-2}); do
   for tag in old new; do
-    src=/tmp/ab_new; [ $tag = old ] && src=$AB_OLD
-    for f in $files; do cp $src/$f $f; done
+    ab_use $tag
     [ $tag = old ] && export LAB_GIT_COMMIT=$AB_OLD_COMMIT || export LAB_GIT_COMMIT=$new
     timeout ${PROFILE_S:-150} python3 -m labkit model profile "$@" --out $OUT/$name-$tag$i 2>&1 \
       | grep -E "step|tok/s" | head -2 | sed "s/^/$tag$i: /"
   done
 done
-for f in $files; do cp /tmp/ab_new/$f $f; done
+ab_use new
 export LAB_GIT_COMMIT=$new
