@@ -90,7 +90,7 @@ def _same_routing(a, b, fields=("ids", "weights", "counts", "offsets", "sorted",
     return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields)
 
 
-@pytest.mark.parametrize("T, E, k", [(65, 8, 2), (200, 128, 4), (300, 32, 4), (129, 16, 1)])
+@pytest.mark.parametrize("T, E, k", [(65, 8, 2), (200, 128, 4), (300, 32, 4), (129, 16, 1), (70, 256, 8)])
 def test_route_over_token_blocks_matches_the_one_program_form(T, E, k, device):
     """Beyond FUSED_MAX_TOKENS route runs three launches over token blocks: per token the same top-k and
     weights, bit for bit, as the one-program form gives on pieces of at most 64 tokens, and the bookkeeping
