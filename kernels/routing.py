@@ -206,19 +206,24 @@ def fused_route_warps(T: int, E: int) -> int:
     return min(8, max(1, logits // 128))
 
 
+def _routing_buffers(T: int, E: int, k: int, device) -> Routing:
+    """Uninitialized Routing tensors for T tokens, k of E experts (what the route kernels fill)."""
+    i32 = dict(device=device, dtype=torch.int32)
+    return Routing(torch.empty((T, k), **i32), torch.empty((T, k), device=device, dtype=torch.float32),
+                   torch.empty(E, **i32), torch.empty(E + 1, **i32), torch.empty(T * k, **i32),
+                   torch.empty(T * k, **i32), E)
+
+
 def _route_fused(logits: torch.Tensor, k: int, num_warps: int | None = None) -> Routing:
     T, E = logits.shape
     if num_warps is None:
         num_warps = fused_route_warps(T, E)
-    dev = logits.device
-    i32 = dict(device=dev, dtype=torch.int32)
-    ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
-    counts, offs = torch.empty(E, **i32), torch.empty(E + 1, **i32)
-    srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
-    _route_fused_kernel[(1,)](logits, ids, w, counts, offs, srt, inv, T, E, logits.stride(0), K=k,
-                              KP=triton.next_power_of_2(k), BLOCK_T=max(2, triton.next_power_of_2(T)),
-                              BLOCK_E=max(2, triton.next_power_of_2(E)), num_warps=num_warps, **pdl_launch())
-    return Routing(ids, w, counts, offs, srt, inv, E)
+    r = _routing_buffers(T, E, k, logits.device)
+    _route_fused_kernel[(1,)](logits, r.ids, r.weights, r.counts, r.offsets, r.sorted, r.inverse, T, E,
+                              logits.stride(0), K=k, KP=triton.next_power_of_2(k),
+                              BLOCK_T=max(2, triton.next_power_of_2(T)), BLOCK_E=max(2, triton.next_power_of_2(E)),
+                              num_warps=num_warps, **pdl_launch())
+    return r
 
 
 def _blocks_launch(T: int, E: int) -> dict | None:
@@ -234,20 +239,17 @@ def _blocks_launch(T: int, E: int) -> dict | None:
 
 def _route_blocks(logits: torch.Tensor, k: int, blocks: dict) -> Routing:
     T, E = logits.shape
-    dev = logits.device
-    i32 = dict(device=dev, dtype=torch.int32)
-    ids, w = torch.empty((T, k), **i32), torch.empty((T, k), device=dev, dtype=torch.float32)
-    counts, offs = torch.empty(E, **i32), torch.empty(E + 1, **i32)
-    srt, inv = torch.empty(T * k, **i32), torch.empty(T * k, **i32)
+    r = _routing_buffers(T, E, k, logits.device)
     nb = triton.cdiv(T, blocks["BLOCK_T"])
-    hist = torch.empty((nb, blocks["BLOCK_E"]), **i32)
+    hist = torch.empty((nb, blocks["BLOCK_E"]), device=logits.device, dtype=torch.int32)
     kp = triton.next_power_of_2(k)
-    _route_topk_kernel[(nb,)](logits, ids, w, hist, T, E, logits.stride(0), K=k, KP=kp, **blocks, num_warps=4,
-                              **pdl_launch())
-    _route_scan_kernel[(1,)](hist, counts, offs, nb, E, BLOCK_B=max(2, triton.next_power_of_2(nb)),
+    _route_topk_kernel[(nb,)](logits, r.ids, r.weights, hist, T, E, logits.stride(0), K=k, KP=kp, **blocks,
+                              num_warps=4, **pdl_launch())
+    _route_scan_kernel[(1,)](hist, r.counts, r.offsets, nb, E, BLOCK_B=max(2, triton.next_power_of_2(nb)),
                              BLOCK_E=blocks["BLOCK_E"], num_warps=8, **pdl_launch())
-    _route_place_kernel[(nb,)](ids, hist, srt, inv, T, K=k, KP=kp, **blocks, num_warps=4, **pdl_launch())
-    return Routing(ids, w, counts, offs, srt, inv, E)
+    _route_place_kernel[(nb,)](r.ids, hist, r.sorted, r.inverse, T, K=k, KP=kp, **blocks, num_warps=4,
+                               **pdl_launch())
+    return r
 
 
 #: route's forms: one program, three launches over token blocks, torch's top-k and sort

@@ -497,11 +497,8 @@ def compare_profiles(a: dict, b: dict, *, kernels: int = 12) -> tuple[pd.DataFra
         t["B/A"] = t["B us"] / t["A us"]
         return t
 
-    comp = table("component", "us", a.get("breakdown", []), b.get("breakdown", []))
-    step = pd.DataFrame({"component": ["step"], "A us": [a.get("step_us")], "B us": [b.get("step_us")]})
-    step["B-A us"] = step["B us"] - step["A us"]
-    step["B/A"] = step["B us"] / step["A us"]
-    comp = pd.concat([comp, step], ignore_index=True)
+    comp = table("component", "us", *([*p.get("breakdown", []), {"component": "step", "us": p.get("step_us")}]
+                                     for p in (a, b)))
     ker = table("kernel", "us", *([{**r, "kernel": short_kernel(r["kernel"])} for r in p.get("kernels", [])]
                                   for p in (a, b)))
     ker = ker.reindex(ker["B-A us"].abs().sort_values(ascending=False).index).head(kernels).reset_index(drop=True)
