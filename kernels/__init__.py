@@ -81,7 +81,7 @@ from .routing import Routing, route  # noqa: E402
 
 __all__ += ["moe_mxfp4", "MoESlots", "Routing", "route"]
 
-from .attention import attention_sinks, rope_kv_write  # noqa: E402
+from .attention import attention_sinks, qkv_rope_kv_write, rope_kv_write  # noqa: E402
 from .norm import add_rms_norm, rms_norm, router_logits  # noqa: E402
 
-__all__ += ["attention_sinks", "rope_kv_write", "rms_norm", "add_rms_norm", "router_logits"]
+__all__ += ["attention_sinks", "qkv_rope_kv_write", "rope_kv_write", "rms_norm", "add_rms_norm", "router_logits"]

@@ -1,11 +1,13 @@
-"""GPT-OSS attention pieces as two launches, so a decode layer is not forty small torch kernels.
+"""GPT-OSS attention pieces as a few launches, so a decode layer is not forty small torch kernels.
 
   rope_kv_write    qkv rows [B*T, (Hq + 2 Hkv) d] -> rotated q [B, T, Hq, d], and rotated k / plain v written
                    into the KV cache at each token's position (one program per token and head)
+  qkv_rope_kv_write  the qkv projection (bf16 GEMV, a few rows) with rope_kv_write in its epilogue: one launch
   attention_sinks  flash-style attention of q over the cache: causal, optional sliding window, each query
                    head reading the kv head kv_map[h], and a per-head sink logit that joins the softmax
                    denominator only (GPT-OSS); scores and softmax in fp32, P rounded to bf16 for the PV dot.
-                   One query per sequence (decode) takes a split-keys path instead: two launches, all fp32
+                   One query per sequence (decode) takes a split-keys path instead (all fp32), whose last
+                   split of each head merges the head
 
 Positions come from a device tensor and the key loop bounds from the positions the program loads, so both are
 graph-capturable and a decode step reads only the keys it can see (the window, or 0..pos).
@@ -20,8 +22,12 @@ import torch
 from ._triton import pdl_enter, pdl_launch, tl, triton
 from .decode import tc_dot
 from .formats import _check_tensor
+from .linear_bf16 import MAX_ROWS, fits, gemv_rows
+from .sync import scratch
 
 PAIRS = ("half", "consecutive")
+#: decode attention: each head's last split merges the head (True), or a merge launch follows the splits
+MERGE_IN_SPLIT = True
 
 
 @triton.jit
@@ -57,6 +63,85 @@ def _rope_kv_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, T, 
         rd = tl.arange(0, D)
         dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
         tl.store(dst + rd, tl.load(src + rd))
+
+
+@triton.jit
+def _qkv_rope_kernel(x_ptr, w_ptr, b_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, M, T, K, HQ, HKV, S,
+                     D: tl.constexpr, HALF_PAIRS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """Program p: the two qkv rows RoPE rotates together (head p // (D/2), pair p % (D/2)) through
+    kernels.linear_bf16.gemv_rows, then _rope_kv_kernel's step on the bf16 projection: rotated q stored, k
+    rotated and v plain into the cache at each token's position."""
+    p = tl.program_id(0)
+    h = p // (D // 2)
+    i = p % (D // 2)
+    if HALF_PAIRS:
+        o1 = i
+        o2 = i + D // 2
+    else:
+        o1 = 2 * i
+        o2 = 2 * i + 1
+    two = tl.arange(0, 2)
+    rn = h * D + tl.where(two == 0, o1, o2)
+    y = gemv_rows(x_ptr, w_ptr, rn, M, K, BLOCK_M, BLOCK_K)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rn).to(tl.float32)[None, :]
+    x1, x2 = tl.split(y.to(tl.bfloat16).to(tl.float32))  # the projection's bf16 output, as rope_kv_write reads it
+    rm = tl.arange(0, BLOCK_M)
+    mmask = rm < M
+    b = rm // T
+    pos = tl.load(pos_ptr + rm % T, mask=mmask, other=0)
+    if h < HQ + HKV:
+        c = tl.load(cos_ptr + pos * (D // 2) + i, mask=mmask, other=0.0)
+        s = tl.load(sin_ptr + pos * (D // 2) + i, mask=mmask, other=0.0)
+        y1 = (x1 * c - x2 * s).to(tl.bfloat16)
+        y2 = (x2 * c + x1 * s).to(tl.bfloat16)
+        if h < HQ:
+            dst = q_ptr + (rm.to(tl.int64) * HQ + h) * D
+        else:
+            dst = k_ptr + ((b * S + pos) * HKV + (h - HQ)).to(tl.int64) * D
+    else:
+        y1 = x1.to(tl.bfloat16)
+        y2 = x2.to(tl.bfloat16)
+        dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
+    tl.store(dst + o1, y1, mask=mmask)
+    tl.store(dst + o2, y2, mask=mmask)
+
+
+def qkv_rope_kv_write(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, positions: torch.Tensor,
+                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      q_heads: int, *, pairs: str = "half", block_k: int = 1024, num_warps: int = 2) -> torch.Tensor:
+    """rope_kv_write(x @ w^T + b) in one launch for a few rows: x [B, T, H] bf16 (B * T <= linear_bf16.MAX_ROWS),
+    w [(Hq + 2 Hkv) d, H] bf16. Each program streams the two weight rows that RoPE pairs (kernels.linear_bf16's
+    GEMV with block_n=2, block_k, num_warps) and rotates them in its epilogue, so the projection's output never
+    goes through memory and the decode step has a launch fewer. Same bits as gemv_bf16(block_n=2, block_k,
+    num_warps) followed by rope_kv_write. Returns q [B, T, Hq, d] bf16."""
+    if pairs not in PAIRS:
+        raise ValueError(f"pairs must be one of {PAIRS}, got {pairs!r}")
+    _check_tensor("x", x, (torch.bfloat16,))
+    _check_tensor("w", w, (torch.bfloat16,))
+    B, T, H = x.shape
+    _, S, HKV, D = k_cache.shape
+    if w.dim() != 2 or tuple(w.shape) != ((q_heads + 2 * HKV) * D, H):
+        raise ValueError(f"w must be [{(q_heads + 2 * HKV) * D}, {H}] for {q_heads} q heads and a cache of "
+                         f"{tuple(k_cache.shape)}, got {tuple(w.shape)}")
+    if b is not None and tuple(b.shape) != (w.shape[0],):
+        raise ValueError(f"b must have shape ({w.shape[0]},), got {tuple(b.shape)}")
+    if B * T > MAX_ROWS:
+        raise ValueError(f"qkv_rope_kv_write takes at most {MAX_ROWS} rows, got {B * T}: use a GEMM and rope_kv_write")
+    if D & (D - 1) or D < 2 or k_cache.shape != v_cache.shape or k_cache.shape[0] != B:
+        raise ValueError(f"caches {tuple(k_cache.shape)} / {tuple(v_cache.shape)} do not match x {tuple(x.shape)}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("k_cache and v_cache must be contiguous")
+    if not fits(B * T, 2, block_k, num_warps):
+        raise ValueError(f"block_k={block_k} partial sums for {B * T} rows do not fit {num_warps} warps")
+    q = torch.empty((B, T, q_heads, D), device=x.device, dtype=torch.bfloat16)
+    if B * T:
+        _qkv_rope_kernel[((q_heads + 2 * HKV) * D // 2,)](
+            x.contiguous(), w.contiguous(), b if b is not None else w, positions, cos, sin, q, k_cache, v_cache,
+            B * T, T, H, q_heads, HKV, S, D=D, HALF_PAIRS=pairs == "half", HAS_BIAS=b is not None,
+            BLOCK_M=triton.next_power_of_2(B * T), BLOCK_K=block_k, num_warps=num_warps, **pdl_launch())
+    return q
 
 
 def rope_kv_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -132,14 +217,20 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, sink_ptr, o_ptr, 
 
 
 @triton.jit
-def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, ml_ptr, HQ, HKV, S, window, sm_scale,
-                            NSPLIT, D: tl.constexpr, SPLIT: tl.constexpr, BLOCK_S: tl.constexpr):
+def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, ml_ptr, ctr_ptr, sink_ptr, o_ptr, HQ,
+                            HKV, S, window, sm_scale, NSPLIT, D: tl.constexpr, SPLIT: tl.constexpr,
+                            BLOCK_S: tl.constexpr, MERGE: tl.constexpr, HAS_SINKS: tl.constexpr,
+                            BLOCK_P: tl.constexpr):
     """Decode (one query per sequence): program (b * HQ + h, split) folds keys [split * SPLIT, + SPLIT) that the
     query can see into an unnormalized partial (acc [D], running max, denominator).
 
     One-block splits load their older keys and values before the PDL wait: the position and the cache rows
     before it were written in earlier steps; only q and the newest row (rope_kv_write, the launch before)
-    are read after it."""
+    are read after it.
+
+    MERGE: each program then counts itself on its head's counter (ctr_ptr[b * HQ + h], counting on from call
+    to call: kernels.sync's add_partial pattern), and the head's last split merges the head's partials, so
+    the merge costs no launch of its own."""
     bh = tl.program_id(0)
     sp = tl.program_id(1)
     b = bh // HQ
@@ -189,6 +280,11 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, kvmap_ptr, part_ptr, m
     tl.store(part_ptr + part * D + rd, acc)
     tl.store(ml_ptr + part * 2, m)
     tl.store(ml_ptr + part * 2 + 1, den)
+    if MERGE:
+        tl.debug_barrier()  # every thread's stores before the release (kernels.sync.signal_count's pattern)
+        done = tl.atomic_add(ctr_ptr + bh, 1, sem="acq_rel") + 1
+        if done % NSPLIT == 0:
+            _merge_head(part_ptr, ml_ptr, sink_ptr, o_ptr, bh, HQ, NSPLIT, D, HAS_SINKS, BLOCK_P)
 
 
 @triton.jit
@@ -196,14 +292,22 @@ def _attention_merge_kernel(part_ptr, ml_ptr, sink_ptr, o_ptr, HQ, NSPLIT, D: tl
                             HAS_SINKS: tl.constexpr, BLOCK_P: tl.constexpr):
     """Program b * HQ + h: the softmax-weighted merge of its NSPLIT partials and the sink -> bf16 output."""
     pdl_enter()
-    bh = tl.program_id(0)
+    _merge_head(part_ptr, ml_ptr, sink_ptr, o_ptr, tl.program_id(0), HQ, NSPLIT, D, HAS_SINKS, BLOCK_P)
+
+
+@triton.jit
+def _merge_head(part_ptr, ml_ptr, sink_ptr, o_ptr, bh, HQ, NSPLIT, D: tl.constexpr, HAS_SINKS: tl.constexpr,
+                BLOCK_P: tl.constexpr):
+    """Head bh's NSPLIT partials and its sink -> its bf16 output. Loads bypass L1 (.cg): the partials were
+    written by other programs, some maybe on this SM, into a buffer earlier calls used too."""
     rp = tl.arange(0, BLOCK_P)
     pm = rp < NSPLIT
     rd = tl.arange(0, D)
     base = bh.to(tl.int64) * NSPLIT
-    m = tl.load(ml_ptr + (base + rp) * 2, mask=pm, other=-1e30)
-    den = tl.load(ml_ptr + (base + rp) * 2 + 1, mask=pm, other=0.0)
-    acc = tl.load(part_ptr + (base + rp)[:, None] * D + rd[None, :], mask=pm[:, None], other=0.0)
+    m = tl.load(ml_ptr + (base + rp) * 2, mask=pm, other=-1e30, cache_modifier=".cg")
+    den = tl.load(ml_ptr + (base + rp) * 2 + 1, mask=pm, other=0.0, cache_modifier=".cg")
+    acc = tl.load(part_ptr + (base + rp)[:, None] * D + rd[None, :], mask=pm[:, None], other=0.0,
+                  cache_modifier=".cg")
     top = tl.max(m, axis=0)
     if HAS_SINKS:
         sink = tl.load(sink_ptr + bh % HQ).to(tl.float32)
@@ -264,8 +368,10 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
 
     The prefill kernel gives each head one program that walks every key in turn; at decode that is 64
     programs doing ~10 dependent steps each (7.7 us per layer on the H100 at 576 keys). Splitting the keys
-    spreads the same reads over ~10x more programs, and the merge is one small launch. Splits past the
-    query's position, or before its window, are skipped by the programs themselves (graph-safe).
+    spreads the same reads over ~10x more programs, and each head's last split merges it (MERGE_IN_SPLIT; else
+    a merge launch follows). Splits past the query's position, or before its window, are skipped by the
+    programs themselves (graph-safe). Every call adds nsplit to each head's counter, so calls share counters
+    by nsplit (the scratch key): each counter stays a multiple of it between calls.
     """
     B, _, HQ, D = q.shape
     S, HKV = k_cache.shape[1], k_cache.shape[2]
@@ -273,9 +379,13 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
     nsplit = triton.cdiv(S, split)
     part = torch.empty((B * HQ * nsplit, D), device=q.device, dtype=torch.float32)
     ml = torch.empty((B * HQ * nsplit, 2), device=q.device, dtype=torch.float32)
-    _attention_split_kernel[(B * HQ, nsplit)](q, k_cache, v_cache, positions, kv_map, part, ml, HQ, HKV, S,
-                                              int(window), 1.0 / math.sqrt(D), nsplit, D=D, SPLIT=split,
-                                              BLOCK_S=min(split, 64), num_warps=4, **pdl_launch())
-    _attention_merge_kernel[(B * HQ,)](part, ml, sinks if sinks is not None else q, out, HQ, nsplit, D=D,
-                                       HAS_SINKS=sinks is not None, BLOCK_P=triton.next_power_of_2(nsplit),
-                                       num_warps=2, **pdl_launch())
+    ctr = scratch(q.device, ("attention_merge", nsplit), B * HQ) if MERGE_IN_SPLIT else None
+    sink_ptr = sinks if sinks is not None else q
+    merge = dict(HAS_SINKS=sinks is not None, BLOCK_P=triton.next_power_of_2(nsplit))
+    _attention_split_kernel[(B * HQ, nsplit)](q, k_cache, v_cache, positions, kv_map, part, ml, ctr, sink_ptr, out,
+                                              HQ, HKV, S, int(window), 1.0 / math.sqrt(D), nsplit, D=D, SPLIT=split,
+                                              BLOCK_S=min(split, 64), MERGE=MERGE_IN_SPLIT, **merge, num_warps=4,
+                                              **pdl_launch())
+    if not MERGE_IN_SPLIT:
+        _attention_merge_kernel[(B * HQ,)](part, ml, sink_ptr, out, HQ, nsplit, D=D, **merge, num_warps=2,
+                                           **pdl_launch())

@@ -26,12 +26,10 @@ def fits(m: int, block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> bo
 
 
 @triton.jit
-def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The first K tile of W is loaded before the PDL wait: weights are never written by the kernels before,
-    so that load overlaps their tail; x is read after it."""
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rn_c = tl.minimum(rn, N - 1)  # rows past N read row N-1 (never stored)
+def gemv_rows(x_ptr, w_ptr, rn_c, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, rows] = x[:M] @ W[rn_c]^T for row indices rn_c (all < N): each row streamed once along K
+    in BLOCK_K tiles. The first K tile of W is loaded before the PDL wait: weights are never written by the
+    kernels before, so that load overlaps their tail; x is read after it."""
     rm = tl.arange(0, BLOCK_M)
     mmask = rm < M
     rk = tl.arange(0, BLOCK_K)
@@ -56,10 +54,19 @@ def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexp
         w = tl.load(wp, mask=km[None, :], other=0.0).to(tl.float32)
         x = tl.load(xp, mask=mmask[:, None] & km[None, :], other=0.0).to(tl.float32)
         acc += x[:, None, :] * w[None, :, :]
-    y = tl.sum(acc, axis=2)
+    return tl.sum(acc, axis=2)
+
+
+@triton.jit
+def _gemv_bf16_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn_c = tl.minimum(rn, N - 1)  # rows past N read row N-1 (never stored)
+    y = gemv_rows(x_ptr, w_ptr, rn_c, M, K, BLOCK_M, BLOCK_K)
     if HAS_BIAS:
         y += tl.load(b_ptr + rn_c).to(tl.float32)[None, :]
-    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y.to(tl.bfloat16), mask=mmask[:, None] & (rn < N)[None, :])
+    rm = tl.arange(0, BLOCK_M)
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y.to(tl.bfloat16), mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
 #: Measured picks, (rows, N, K) -> config, or None where cuBLAS was faster; from the linear_bf16 sweep

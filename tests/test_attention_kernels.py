@@ -206,3 +206,59 @@ def test_attention_input_errors():
     with pytest.raises(ValueError, match="pairs must be one of"):
         K.rope_kv_write(torch.zeros(1, 1, 128, dtype=torch.bfloat16), pos, torch.zeros(8, 8), torch.zeros(8, 8),
                         kc, kc, 4, pairs="interleaved")
+
+
+def test_decode_merge_in_split_matches_the_merge_launch(device, monkeypatch):
+    """Each head's last split merging it gives the merge launch's output bit for bit, call after call, while
+    calls of other split counts share the counters' scratch in between."""
+    g = torch.Generator().manual_seed(7)
+    B, HQ, HKV, D = 2, 4, 2, 16
+    kv_map = torch.tensor([0, 0, 1, 1], device=device)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], device=device)
+    for S, pos in ((300, 250), (200, 150), (300, 64), (300, 299)):
+        q = torch.randn(B, 1, HQ, D, generator=g).to(torch.bfloat16).to(device)
+        kc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)
+        vc = torch.randn(B, S, HKV, D, generator=g).to(torch.bfloat16).to(device)
+        p = torch.tensor([pos], device=device)
+        got = {}
+        for fused in (True, False):
+            monkeypatch.setattr(K.attention, "MERGE_IN_SPLIT", fused)
+            got[fused] = K.attention_sinks(q, kc, vc, p, kv_map, sinks)
+        assert torch.equal(got[True], got[False]), (S, pos)
+
+
+@pytest.mark.parametrize("pairs", ["half", "consecutive"])
+@pytest.mark.parametrize("B,T,bias", [(1, 1, True), (3, 1, False), (1, 3, True)])
+def test_qkv_rope_kv_write_is_the_gemv_then_rope_kv_write(pairs, B, T, bias, device):
+    """The fused launch gives the same bits as gemv_bf16 (block_n=2, same K tile and warps) then rope_kv_write:
+    q, and k and v in the cache at the positions, other slots untouched. K = 80 ends in a partial K tile."""
+    from kernels.linear_bf16 import gemv_bf16
+    g = torch.Generator().manual_seed(8)
+    HQ, HKV, D, S, H = 4, 2, 16, 12, 80
+    x = torch.randn(B, T, H, generator=g).to(torch.bfloat16).to(device)
+    w = (torch.randn((HQ + 2 * HKV) * D, H, generator=g) / 8).to(torch.bfloat16).to(device)
+    b = torch.randn((HQ + 2 * HKV) * D, generator=g).to(torch.bfloat16).to(device) if bias else None
+    pos = torch.arange(5, 5 + T, device=device)
+    cos, sin = torch.rand(S, D // 2, generator=g).to(device), torch.rand(S, D // 2, generator=g).to(device)
+    caches = [torch.full((B, S, HKV, D), 7.0, dtype=torch.bfloat16, device=device) for _ in range(4)]
+    q = K.qkv_rope_kv_write(x, w, b, pos, cos, sin, caches[0], caches[1], HQ, pairs=pairs, block_k=32, num_warps=2)
+    qkv = gemv_bf16(x, w, b, block_n=2, block_k=32, num_warps=2)
+    q_ref = K.rope_kv_write(qkv, pos, cos, sin, caches[2], caches[3], HQ, pairs=pairs)
+    assert torch.equal(q, q_ref)
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+    assert (caches[0][:, :5] == 7).all() and (caches[1][:, 5 + T:] == 7).all()
+
+
+def test_qkv_rope_kv_write_errors(device):
+    x = torch.zeros(1, 1, 32, dtype=torch.bfloat16, device=device)
+    kc = torch.zeros(1, 8, 2, 16, dtype=torch.bfloat16, device=device)
+    pos, tab = torch.tensor([0], device=device), torch.zeros(8, 8, device=device)
+    w = torch.zeros(128, 32, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match=r"w must be \[128, 32\]"):
+        K.qkv_rope_kv_write(x, w[:96], None, pos, tab, tab, kc, kc.clone(), 4)
+    with pytest.raises(ValueError, match="at most 8 rows"):
+        K.qkv_rope_kv_write(torch.zeros(3, 3, 32, dtype=torch.bfloat16, device=device), w, None, pos, tab, tab,
+                            torch.zeros(3, 8, 2, 16, dtype=torch.bfloat16, device=device),
+                            torch.zeros(3, 8, 2, 16, dtype=torch.bfloat16, device=device), 4)
+    with pytest.raises(ValueError, match="pairs must be one of"):
+        K.qkv_rope_kv_write(x, w, None, pos, tab, tab, kc, kc.clone(), 4, pairs="odd")

@@ -1,8 +1,9 @@
 """GPT-OSS attention: qkv with bias, half-split YaRN RoPE, GQA, sinks, sliding window, KV cache.
 
-`attention` is the torch reference; `attention_kernels` computes the same with two of the lab's kernels
-(kernels.rope_kv_write, kernels.attention_sinks) between the two projections, which run through the lab's
-bf16 GEMV (kernels.linear_bf16) at decode-sized row counts.
+`attention` is the torch reference; `attention_kernels` computes the same with the lab's kernels: at
+decode-sized row counts the qkv projection with RoPE and the cache writes in one launch
+(kernels.qkv_rope_kv_write), attention (kernels.attention_sinks) and the out projection through the lab's
+bf16 GEMV (kernels.linear_bf16); else cuBLAS projections around kernels.rope_kv_write.
 
 Static shapes throughout: queries attend over the whole preallocated cache with a mask built on the device
 from the position tensor, so a decode step has no host sync and can be captured in a CUDA graph. Scores
@@ -16,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kernels import attention_sinks, rope_kv_write
+from kernels import attention_sinks, qkv_rope_kv_write, rope_kv_write
 from kernels.linear_bf16 import MAX_ROWS, gemv_bf16, pick
 
 from .cache import KVCache
@@ -70,6 +71,11 @@ def attention(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int
     return F.linear(out, lw.out_w, lw.out_b)
 
 
+#: where the lab's GEMV takes the qkv projection (kernels.linear_bf16.pick), its epilogue does RoPE and the
+#: cache writes (kernels.qkv_rope_kv_write: a launch fewer); else the projection, then rope_kv_write
+QKV_ROPE = True
+
+
 def project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """The bf16 projections of the kernel backend: the lab's GEMV where kernels.linear_bf16.pick measured it
     faster (decode row counts), else cuBLAS."""
@@ -80,14 +86,19 @@ def project(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.T
 
 def attention_kernels(x: torch.Tensor, lw: LayerWeights, config: ModelConfig, layer: int, cache: KVCache,
                       positions: torch.Tensor, kv_map: torch.Tensor) -> torch.Tensor:
-    """`attention` through kernels.rope_kv_write and kernels.attention_sinks (same faults, same numbers up to
-    the bf16 rounding of the softmax probabilities before the PV product)."""
+    """`attention` through the lab's kernels (see the module docstring; same faults, same numbers up to the bf16
+    rounding of the softmax probabilities before the PV product)."""
     B, T, _ = x.shape
     c = config
-    qkv = project(x, lw.qkv_w, lw.qkv_b)
     k_cache, v_cache = cache.k[layer], cache.v[layer]
-    q = rope_kv_write(qkv, positions, cache.cos, cache.sin, k_cache, v_cache, c.q_heads,
-                      pairs="consecutive" if "rope_pairs" in c.faults else "half")
+    pairs = "consecutive" if "rope_pairs" in c.faults else "half"
+    cfg = pick(B * T, *lw.qkv_w.shape) if B * T <= MAX_ROWS else None
+    if cfg and QKV_ROPE:
+        q = qkv_rope_kv_write(x, lw.qkv_w, lw.qkv_b, positions, cache.cos, cache.sin, k_cache, v_cache, c.q_heads,
+                              pairs=pairs, block_k=cfg["block_k"], num_warps=cfg["num_warps"])
+    else:
+        qkv = project(x, lw.qkv_w, lw.qkv_b)
+        q = rope_kv_write(qkv, positions, cache.cos, cache.sin, k_cache, v_cache, c.q_heads, pairs=pairs)
     sinks = None if "sinks_dropped" in c.faults else lw.sinks
     out = attention_sinks(q, k_cache, v_cache, positions, kv_map, sinks, window=c.window(layer) or 0)
     return project(out.reshape(B, T, c.q_heads * c.head_dim), lw.out_w, lw.out_b)

@@ -4,9 +4,10 @@ Three switchable components, each built once per model:
 
   attention "torch"      torch ops (RMSNorm, RoPE, masked softmax over the cache): the readable reference
             "triton"     the residual stream's kernels too (model.py: kernels.add_rms_norm, and up to 16 rows
-                         kernels.router_logits), kernels.rope_kv_write, kernels.attention_sinks and the bf16
-                         projections through kernels.linear_bf16 (attention.py): 7 launches for attention and
-                         router together at decode, where the torch ops take ~50
+                         kernels.router_logits), kernels.qkv_rope_kv_write (the qkv GEMV with RoPE and the
+                         cache writes), kernels.attention_sinks and the out projection through
+                         kernels.linear_bf16 (attention.py): 5 launches for attention and router together at
+                         decode, where the torch ops take ~50
 
   MoE      "torch"       router top-k/softmax in torch, experts by reference math (labkit.model.moe), eager only
            "torch-w4a8"  the same with activations rounded through MXFP8 (W4A8 numerics study)
