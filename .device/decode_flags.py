@@ -5,11 +5,12 @@ flags named here are meant to change launches, not bits, so every setting's gene
 first setting's: a mismatch is printed and stored (`same_ids`).
 
 call as: python3 .device/decode_flags.py OUT_DIR [--model gpt-oss-120b] [--layout rows+nib] [--batch 1]
-         [--prompt 512] [--decode 64] [--rounds 3] --flags module:ATTR ...
+         [--prompt 512] [--decode 64] [--rounds 3] --flags module:ATTR[=v1,v2,...] ...
 (writes decode_flags.csv, row by row, and meta.json; the step is the median of the timed steps)
 """
 
 import argparse
+import ast
 import importlib
 import itertools
 import statistics
@@ -35,12 +36,16 @@ def main():
     p.add_argument("--decode", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script (tiny model, eager)")
-    p.add_argument("--flags", nargs="+", required=True, help="module:ATTR of boolean flags")
+    p.add_argument("--flags", nargs="+", required=True, help="module:ATTR (False, True) or module:ATTR=v1,v2")
     args = p.parse_args()
     run = probe_run("decode-flags")
     if run:
         run.update_meta(parameters=vars(args))
-    flags = [(importlib.import_module(f.split(":")[0]), f.split(":")[1]) for f in args.flags]
+    flags, choices = [], []
+    for f in args.flags:  # module:ATTR (False, True) or module:ATTR=v1,v2,... (Python literals)
+        name, _, vals = f.partition("=")
+        flags.append((importlib.import_module(name.split(":")[0]), name.split(":")[1]))
+        choices.append([ast.literal_eval(v) for v in vals.split(",")] if vals else [False, True])
     device = torch.device(args.device)
     backends = resolve_backends("auto", "mxfp4", "floor", device, "auto", args.layout)
     m = load_model(get_config(args.model), "synthetic", backends, device=device)
@@ -49,7 +54,7 @@ def main():
     cache = m.new_cache(args.batch, args.prompt + args.decode + 8)
     first = m.prefill(ids, cache).argmax(-1)
     rows, ref_ids = [], None
-    settings = list(itertools.product((False, True), repeat=len(flags)))
+    settings = list(itertools.product(*choices))
     for rnd in range(args.rounds):
         for values in settings:
             for (mod, attr), v in zip(flags, values, strict=True):

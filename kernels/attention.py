@@ -26,8 +26,11 @@ from .linear_bf16 import MAX_ROWS, fits, gemv_rows
 from .sync import scratch
 
 PAIRS = ("half", "consecutive")
-#: decode attention: each head's last split merges the head (True), or a merge launch follows the splits
-MERGE_IN_SPLIT = True
+#: decode attention: each head's last split merges the head while the split launch has at most this many
+#: programs (batch x q heads x splits), else a merge launch follows. Measured on the H200 (gpt-oss-120b decode
+#: graph, .device/decode_flags.py): 576 programs (one sequence) 28 us a step faster, 4608 (eight) 73 us slower:
+#: each program's release (a fence, then the atomic) lengthens every wave, the launch it saves is paid once.
+MERGE_MAX_PROGRAMS = 1024
 
 
 @triton.jit
@@ -368,8 +371,8 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
 
     The prefill kernel gives each head one program that walks every key in turn; at decode that is 64
     programs doing ~10 dependent steps each (7.7 us per layer on the H100 at 576 keys). Splitting the keys
-    spreads the same reads over ~10x more programs, and each head's last split merges it (MERGE_IN_SPLIT; else
-    a merge launch follows). Splits past the query's position, or before its window, are skipped by the
+    spreads the same reads over ~10x more programs, and each head's last split merges it (up to
+    MERGE_MAX_PROGRAMS; else a merge launch follows). Splits past the query's position, or before its window, are skipped by the
     programs themselves (graph-safe). Every call adds nsplit to each head's counter, so calls share counters
     by nsplit (the scratch key): each counter stays a multiple of it between calls.
     """
@@ -379,13 +382,14 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
     nsplit = triton.cdiv(S, split)
     part = torch.empty((B * HQ * nsplit, D), device=q.device, dtype=torch.float32)
     ml = torch.empty((B * HQ * nsplit, 2), device=q.device, dtype=torch.float32)
-    ctr = scratch(q.device, ("attention_merge", nsplit), B * HQ) if MERGE_IN_SPLIT else None
+    fused = B * HQ * nsplit <= MERGE_MAX_PROGRAMS
+    ctr = scratch(q.device, ("attention_merge", nsplit), B * HQ) if fused else None
     sink_ptr = sinks if sinks is not None else q
     merge = dict(HAS_SINKS=sinks is not None, BLOCK_P=triton.next_power_of_2(nsplit))
     _attention_split_kernel[(B * HQ, nsplit)](q, k_cache, v_cache, positions, kv_map, part, ml, ctr, sink_ptr, out,
                                               HQ, HKV, S, int(window), 1.0 / math.sqrt(D), nsplit, D=D, SPLIT=split,
-                                              BLOCK_S=min(split, 64), MERGE=MERGE_IN_SPLIT, **merge, num_warps=4,
+                                              BLOCK_S=min(split, 64), MERGE=fused, **merge, num_warps=4,
                                               **pdl_launch())
-    if not MERGE_IN_SPLIT:
-        _attention_merge_kernel[(B * HQ,)](part, ml, sink_ptr, out, HQ, nsplit, D=D, **merge, num_warps=2,
+    if not fused:  # 4 warps like the split kernel: the same reduction layouts, so the same bits either way
+        _attention_merge_kernel[(B * HQ,)](part, ml, sink_ptr, out, HQ, nsplit, D=D, **merge, num_warps=4,
                                            **pdl_launch())
