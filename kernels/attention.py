@@ -372,9 +372,9 @@ def _decode(q, k_cache, v_cache, positions, kv_map, sinks, out, window: int) -> 
     The prefill kernel gives each head one program that walks every key in turn; at decode that is 64
     programs doing ~10 dependent steps each (7.7 us per layer on the H100 at 576 keys). Splitting the keys
     spreads the same reads over ~10x more programs, and each head's last split merges it (up to
-    MERGE_MAX_PROGRAMS; else a merge launch follows). Splits past the query's position, or before its window, are skipped by the
-    programs themselves (graph-safe). Every call adds nsplit to each head's counter, so calls share counters
-    by nsplit (the scratch key): each counter stays a multiple of it between calls.
+    MERGE_MAX_PROGRAMS; else a merge launch follows). Splits past the query's position, or before its window,
+    are skipped by the programs themselves (graph-safe). Every call adds nsplit to each head's counter, so
+    calls share counters by nsplit (the scratch key): each counter stays a multiple of it between calls.
     """
     B, _, HQ, D = q.shape
     S, HKV = k_cache.shape[1], k_cache.shape[2]
