@@ -1,0 +1,64 @@
+"""Why does the first decode graph captured after the prefill run 2-3% faster than later captures of the same
+model (results/20261128T222848-h200-decode-flags-120b-attn-b)? This captures the same step again and again
+from the same cache position and first token: `--plain` times in a row, then `--emptied` more each after
+torch.cuda.empty_cache() (the caching allocator's free blocks returned, so the new graph's buffers land afresh),
+recording the allocator's reserved bytes and where a small probe tensor allocated just before the capture lands.
+
+call as: python3 .device/capture_modes.py OUT_DIR [--model gpt-oss-120b] [--plain 4] [--emptied 4]
+(writes capture_modes.csv and meta.json)
+"""
+
+import argparse
+import statistics
+import sys
+
+import pandas as pd
+import torch
+
+from labkit.model.backends import resolve_backends
+from labkit.model.config import get_config
+from labkit.model.graph import DecodeRunner
+from labkit.model.profile import _percentile, _time_decode, load_model
+from labkit.runs import probe_run
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--model", default="gpt-oss-120b")
+    p.add_argument("--plain", type=int, default=4)
+    p.add_argument("--emptied", type=int, default=4)
+    args = p.parse_args()
+    run = probe_run("capture-modes")
+    device = torch.device("cuda")
+    m = load_model(get_config(args.model), "synthetic", resolve_backends("auto", "mxfp4", "floor", device, "auto",
+                                                                         "rows+nib"), device=device)
+    ids = torch.randint(0, m.config.vocab, (1, 512), generator=torch.Generator().manual_seed(0)).to(device)
+    cache = m.new_cache(1, 512 + 64 + 8)
+    first = m.prefill(ids, cache).argmax(-1)
+    rows, ref = [], None
+    for i, mode in enumerate(["plain"] * args.plain + ["emptied"] * args.emptied):
+        if mode == "emptied":
+            torch.cuda.empty_cache()
+        probe = torch.empty(1, device=device)  # where the allocator puts the next small block
+        cache.reset(512)
+        runner = DecodeRunner(m, cache)
+        times, gen = _time_decode(runner, first, 64, device)
+        ref = gen if ref is None else ref
+        rows.append({"capture": i, "mode": mode, "step_us": statistics.median(times),
+                     "step_p10": _percentile(times, 0.1), "step_p90": _percentile(times, 0.9),
+                     "same_ids": gen == ref, "probe_addr_mod_2m": probe.data_ptr() % (1 << 21),
+                     "reserved_mb": torch.cuda.memory_reserved(device) / 2**20})
+        print(rows[-1], flush=True)
+        del runner, probe
+    d = pd.DataFrame(rows)
+    if run:
+        run.update_meta(parameters=vars(args))
+        run.finish_with("capture_modes.csv: per capture of the same decode step (in order; 'emptied' after "
+                        "torch.cuda.empty_cache()), the graph step's median, p10, p90 (us), whether its ids equal "
+                        "the first capture's, a small probe tensor's address mod 2 MiB and the allocator's "
+                        "reserved MiB", capture_modes=d)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
