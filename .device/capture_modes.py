@@ -11,18 +11,14 @@ call as: python3 .device/capture_modes.py OUT_DIR [--model gpt-oss-120b] [--plai
 """
 
 import argparse
-import statistics
 import sys
 import time
 
 import pandas as pd
 import torch
+from probe_decode import prefilled, timed_capture
 
 from labkit.clocks import ClockSampler
-from labkit.model.backends import resolve_backends
-from labkit.model.config import get_config
-from labkit.model.graph import DecodeRunner
-from labkit.model.profile import _percentile, _time_decode, load_model
 from labkit.runs import probe_run
 
 
@@ -36,12 +32,8 @@ def main():
     p.add_argument("--rest", type=float, default=3.0)
     args = p.parse_args()
     run = probe_run("capture-modes")
-    device = torch.device("cuda")
-    m = load_model(get_config(args.model), "synthetic", resolve_backends("auto", "mxfp4", "floor", device, "auto",
-                                                                         "rows+nib"), device=device)
-    ids = torch.randint(0, m.config.vocab, (1, 512), generator=torch.Generator().manual_seed(0)).to(device)
-    cache = m.new_cache(1, 512 + 64 + 8)
-    first = m.prefill(ids, cache).argmax(-1)
+    m, cache, first = prefilled(args.model)
+    device = m.device
     rows, ref = [], None
     modes = ["plain"] * args.plain + ["emptied"] * args.emptied + ["rested"] * args.rested
     for i, mode in enumerate(modes):
@@ -50,17 +42,14 @@ def main():
         if mode == "rested":
             time.sleep(args.rest)
         probe = torch.empty(1, device=device)  # where the allocator puts the next small block
-        cache.reset(512)
-        runner = DecodeRunner(m, cache)
         with ClockSampler() as clk:
-            times, gen = _time_decode(runner, first, 64, device)
+            step, gen = timed_capture(m, cache, first, 512, 64)
         ref = gen if ref is None else ref
-        rows.append({"capture": i, "mode": mode, "step_us": statistics.median(times),
-                     "step_p10": _percentile(times, 0.1), "step_p90": _percentile(times, 0.9),
-                     "same_ids": gen == ref, "probe_addr_mod_2m": probe.data_ptr() % (1 << 21),
+        rows.append({"capture": i, "mode": mode, **step, "same_ids": gen == ref,
+                     "probe_addr_mod_2m": probe.data_ptr() % (1 << 21),
                      "reserved_mb": torch.cuda.memory_reserved(device) / 2**20, **clk.result})
         print(rows[-1], flush=True)
-        del runner, probe
+        del probe
     d = pd.DataFrame(rows)
     if run:
         run.update_meta(parameters=vars(args))

@@ -13,16 +13,11 @@ import argparse
 import ast
 import importlib
 import itertools
-import statistics
 import sys
 
 import pandas as pd
-import torch
+from probe_decode import prefilled, timed_capture
 
-from labkit.model.backends import resolve_backends
-from labkit.model.config import get_config
-from labkit.model.graph import DecodeRunner
-from labkit.model.profile import _percentile, _time_decode, load_model
 from labkit.runs import probe_run
 
 
@@ -46,29 +41,19 @@ def main():
         name, _, vals = f.partition("=")
         flags.append((importlib.import_module(name.split(":")[0]), name.split(":")[1]))
         choices.append([ast.literal_eval(v) for v in vals.split(",")] if vals else [False, True])
-    device = torch.device(args.device)
-    backends = resolve_backends("auto", "mxfp4", "floor", device, "auto", args.layout)
-    m = load_model(get_config(args.model), "synthetic", backends, device=device)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, m.config.vocab, (args.batch, args.prompt), generator=g).to(device)
-    cache = m.new_cache(args.batch, args.prompt + args.decode + 8)
-    first = m.prefill(ids, cache).argmax(-1)
+    m, cache, first = prefilled(args.model, args.layout, args.batch, args.prompt, args.decode, args.device)
     rows, ref_ids = [], None
     settings = list(itertools.product(*choices))
-    cache.reset(args.prompt)  # untimed: the first capture after the prefill ran 2-3% faster than later ones of the
-    _time_decode(DecodeRunner(m, cache), first, args.decode, device)  # same setting (results/20261128T222848-...)
+    # untimed: the first capture after the prefill runs faster than later ones (results/20261128T224008-...)
+    timed_capture(m, cache, first, args.prompt, args.decode)
     for rnd in range(args.rounds):
         for values in settings:
             for (mod, attr), v in zip(flags, values, strict=True):
                 setattr(mod, attr, v)
-            cache.reset(args.prompt)
-            runner = DecodeRunner(m, cache)
-            times, gen = _time_decode(runner, first, args.decode, device)
-            del runner
+            step, gen = timed_capture(m, cache, first, args.prompt, args.decode)
             ref_ids = gen if ref_ids is None else ref_ids
-            row = {"round": rnd, **{attr: v for (_, attr), v in zip(flags, values, strict=True)},
-                   "step_us": statistics.median(times), "step_p10": _percentile(times, 0.1),
-                   "step_p90": _percentile(times, 0.9), "same_ids": gen == ref_ids}
+            row = {"round": rnd, **{attr: v for (_, attr), v in zip(flags, values, strict=True)}, **step,
+                   "same_ids": gen == ref_ids}
             rows.append(row)
             print(row, flush=True)
             if run:

@@ -8,16 +8,11 @@ call as: python3 .device/route_bound.py OUT_DIR [--model gpt-oss-120b] [--rounds
 """
 
 import argparse
-import statistics
 import sys
 
 import pandas as pd
-import torch
+from probe_decode import prefilled, timed_capture
 
-from labkit.model.backends import resolve_backends
-from labkit.model.config import get_config
-from labkit.model.graph import DecodeRunner
-from labkit.model.profile import _percentile, _time_decode, load_model
 from labkit.runs import probe_run
 
 
@@ -26,11 +21,10 @@ def main():
     p.add_argument("out")
     p.add_argument("--model", default="gpt-oss-120b")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cuda", help="cpu: a dry run of the script (tiny model, eager)")
     args = p.parse_args()
     run = probe_run("route-bound")
-    device = torch.device("cuda")
-    m = load_model(get_config(args.model), "synthetic", resolve_backends("auto", "mxfp4", "floor", device, "auto",
-                                                                         "rows+nib"), device=device)
+    m, cache, first = prefilled(args.model, device=args.device)
     L = m.config.layers
     route, state = m.moe.route, {"calls": 0, "first": None}
 
@@ -40,20 +34,14 @@ def main():
         state["calls"] += 1
         return state["first"]
 
-    ids = torch.randint(0, m.config.vocab, (1, 512), generator=torch.Generator().manual_seed(0)).to(device)
-    cache = m.new_cache(1, 512 + 64 + 8)
-    first = m.prefill(ids, cache).argmax(-1)
-    cache.reset(512)
-    _time_decode(DecodeRunner(m, cache), first, 64, device)  # untimed first capture
+    timed_capture(m, cache, first, 512, 64)  # untimed first capture
     rows = []
     for rnd in range(args.rounds):
         for mode in ("per_layer", "layer0_only"):
             m.moe.route = route if mode == "per_layer" else reuse_first
             state["calls"] = 0
-            cache.reset(512)
-            times, _ = _time_decode(DecodeRunner(m, cache), first, 64, device)
-            rows.append({"round": rnd, "route": mode, "step_us": statistics.median(times),
-                         "step_p10": _percentile(times, 0.1), "step_p90": _percentile(times, 0.9)})
+            step, _ = timed_capture(m, cache, first, 512, 64)
+            rows.append({"round": rnd, "route": mode, **step})
             print(rows[-1], flush=True)
     d = pd.DataFrame(rows)
     print(d.groupby("route").step_us.agg(["median", "min", "max"]).round(1))
