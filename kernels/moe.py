@@ -51,7 +51,7 @@ from .linear_f16 import (
 )
 from .linear_mma import decode_f16_word_major
 from .prepare import PreparedMXFP4, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
-from .routing import Routing, fill_pending, one_token_position, route_program
+from .routing import Routing
 from .sync import consume, scratch, signal_count, wait_count
 from .variants import (
     Variant,
@@ -228,8 +228,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                     NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EARLY: tl.constexpr = False, logits_ptr=None, counts_ptr=None, inv_ptr=None, E=0,
-                    ROUTE_K: tl.constexpr = 0, ROUTE_KP: tl.constexpr = 1, ROUTE_E: tl.constexpr = 1):
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -244,56 +243,33 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
     program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
-    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way).
-    ROUTE_K > 0 (one token, no CHAIN): the launch routes instead of a route launch before it. Every program takes
-    its position's expert and slot from the router logits (kernels.routing.one_token_position: mlp1 after the
-    PDL wait, the router launch being the one before; mlp2 before it, the logits two launches old), and mlp1's
-    program (0, 0) stores the whole Routing (route_program) for mlp2's gates and the next norm's inverse map."""
-    if ROUTE_K > 0:
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
+    if CHAIN:
+        i = tl.program_id(1)
+        pid_n = tl.program_id(0)
+    else:
         i = tl.program_id(0)
         pid_n = tl.program_id(1)
-        if PHASE == 1:
+    if PHASE == 1:
+        if not EARLY:
             pdl_enter()
-            if (i == 0) & (pid_n == 0):
-                route_program(logits_ptr, ids_ptr, gate_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, 1, E, 0,
-                              ROUTE_K, ROUTE_KP, 2, ROUTE_E)
-        e, slot = one_token_position(logits_ptr, E, i, ROUTE_K, ROUTE_KP, ROUTE_E)
-        if PHASE == 2:
-            if not EARLY:
-                pdl_enter()
-        EARLY2: tl.constexpr = EARLY and PHASE == 2
-        rm = i + tl.arange(0, BLOCK_M)
-        h2g_tile(e, i, rm, rm == i, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
-                 out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY2,
-                 ONE_SLOT=slot, ONE_TOKEN=True)
-    else:
+    e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
+    if PHASE == 2:
         if CHAIN:
-            i = tl.program_id(1)
-            pid_n = tl.program_id(0)
-        else:
-            i = tl.program_id(0)
-            pid_n = tl.program_id(1)
-        if PHASE == 1:
-            if not EARLY:
-                pdl_enter()
-        e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
-        if PHASE == 2:
-            if CHAIN:
-                pdl_release()
-            elif not EARLY:
-                pdl_enter()
-        if active:
-            if CHAIN and PHASE == 2:
-                wait_count(chain_ptr + i, NEED)
-            h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
-                     out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                     BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
-            if CHAIN:
-                if PHASE == 1:
-                    signal_count(chain_ptr + i)
-                else:
-                    consume(chain_ptr + S + i, chain_ptr + i, tl.num_programs(0))
+            pdl_release()
+        elif not EARLY:
+            pdl_enter()
+    if active:
+        if CHAIN and PHASE == 2:
+            wait_count(chain_ptr + i, NEED)
+        h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
+                 out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
+        if CHAIN:
+            if PHASE == 1:
+                signal_count(chain_ptr + i)
+            else:
+                consume(chain_ptr + S + i, chain_ptr + i, tl.num_programs(0))
 
 
 @triton.jit
@@ -302,16 +278,14 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
              wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
-             EARLY: tl.constexpr = False, ONE_SLOT=0, ONE_TOKEN: tl.constexpr = False):
+             EARLY: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
     BLOCK_K = 2048, the whole row tile at once). EARLY: the PDL wait (pdl_enter) comes here, after the routing
-    reads and the first weight tile's loads, before any input row is read. ONE_TOKEN: one token's launch that
-    routes itself (_moe_h2g_kernel's ROUTE_K): position start is slot ONE_SLOT, its expert's only one, so no
-    routing is read from memory before the epilogue's gate."""
+    reads and the first weight tile's loads, before any input row is read."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -327,13 +301,8 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
                           rg, N, K, TILED, DEINT)
     WSTEP: tl.constexpr = TW * (16 if TILED else 1)
     SSTEP: tl.constexpr = G * (16 if TILED else 1)
-    if ONE_TOKEN:
-        slots = ONE_SLOT + 0 * rm
-        src = rm if PHASE == 2 else 0 * rm
-        last = start
-    else:
-        slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
-        last = tl.load(offs_ptr + e + 1) - 1
+    slots, src = _source_rows(sorted_ptr, rm, mmask, TOPK, PHASE)
+    last = tl.load(offs_ptr + e + 1) - 1
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
@@ -345,7 +314,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
             if t == 0:
                 wait_count(wait_ptr, wait_need)
         acc = h2g_tokens(acc, v, s, xq_ptr, t * TW, xw, word, sorted_ptr, start, last, TOPK, PLANE, PHASE, BLOCK_M,
-                         G, False, NIB, ONE_TOKEN)
+                         G, False, NIB)
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
@@ -354,7 +323,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
             if full == 0:
                 wait_count(wait_ptr, wait_need)
         acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
-                         BLOCK_M, G, True, NIB, ONE_TOKEN)
+                         BLOCK_M, G, True, NIB)
     if PHASE == 1:
         xs = tl.load(xs_ptr + src)
     else:
@@ -404,16 +373,11 @@ def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_
 
 @triton.jit
 def h2g_tokens(acc, v, s, xq_ptr, k0, xw, xm, sorted_ptr, start, last, TOPK, PLANE, PHASE: tl.constexpr,
-               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False,
-               ONE_TOKEN: tl.constexpr = False):
+               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """h2g_step of one K tile (words v, scales s) for the BLOCK_M sorted positions start.. of a chunk (clamped
-    to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row
-    (ONE_TOKEN: mlp1's is token 0's)."""
+    to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row."""
     for i in tl.static_range(BLOCK_M):
-        if ONE_TOKEN and PHASE == 1:
-            xr = tl.zeros((), tl.int64)
-        else:
-            xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
+        xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
         acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK, NIB)
     return acc
 
@@ -598,10 +562,10 @@ def _launch_h2(phase, x16, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
 
 
 def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limit, act_scale, cfg, inner=True,
-                chain=None, need=0, route_logits=None):
+                chain=None, need=0):
     """inner: a launch of this layer call precedes it (x_to_f16's, or mlp1's for mlp2). chain: CHAIN's
-    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. route_logits: one
-    token routed by the launch itself (ROUTE_K; mlp1 fills r). Returns the launch's N tiles."""
+    counters (2 per sorted position); mlp2 waits for `need` mlp1 programs per position. Returns the launch's
+    N tiles."""
     E, N, K = p.shape
     if cfg.get("TILED"):
         p = tile_mxfp4(p, deinterleave=phase == 1)
@@ -615,10 +579,6 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
-    if route_logits is not None:
-        extra.update(logits_ptr=route_logits, counts_ptr=r.counts, inv_ptr=r.inverse, E=r.num_experts,
-                     ROUTE_K=r.top_k, ROUTE_KP=triton.next_power_of_2(r.top_k),
-                     ROUTE_E=max(2, triton.next_power_of_2(r.num_experts)))
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
@@ -659,8 +619,7 @@ def expert_span(E: int) -> int:
     return max(2, triton.next_power_of_2(E))
 
 
-def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True, route_logits=None):
-    """route_logits (moe_h2g, one token): r is unfilled and both launches route from these logits (ROUTE_K)."""
+def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
     T, H = x.shape
     S = r.sorted.numel()
     I2 = p1.shape[1]
@@ -683,8 +642,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True, 
         xq, xs = x16 if x16 is not None else x_to_f16(x, planes=True)
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         chain = scratch(x.device, ("moe_h2g_chain",), 2 * S) if cfg.get("CHAIN") else None
-        need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain,
-                           route_logits=route_logits)
+        need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain)
         if cfg.get("COMBINE", False):
             _, N2, K2 = p2.shape
             p2 = _nibbles(p2, cfg)
@@ -695,8 +653,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True, 
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
                 "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
-        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need,
-                    route_logits=route_logits)
+        _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
             scale = act16_scale(limit)
@@ -897,9 +854,4 @@ def moe_mxfp4(x: torch.Tensor, routing: Routing, w1, b1: torch.Tensor, w2, b2: t
         config = {**picked, **config}
     v = get_variant(variant, "moe")
     cfg = v.check(config, problem)
-    if routing.pending is not None:  # route(form="deferred"): moe_h2g routes in mlp1, the others after a route launch
-        if variant == "moe_h2g" and x.shape[0] == 1 and not cfg.get("CHAIN") and not cfg.get("COMBINE"):
-            return _run("h2g", x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, cfg, x16, combine,
-                        route_logits=routing.pending)
-        routing = fill_pending(routing)
     return v.fn(x, routing, p1, b1.contiguous(), p2, b2.contiguous(), alpha, limit, x16=x16, combine=combine, **cfg)

@@ -5,15 +5,11 @@ Slots are the T*k (token, choice) pairs, numbered t*k + j. Grouped kernels walk 
   counts[e]   slots routed to expert e          offsets[e] = sum of counts before e   (offsets[E] = T*k)
   sorted[i]   the slot at position i of the expert-sorted order (stable: ascending slot within an expert)
   inverse[s]  the position of slot s in that order (the combine reads each token's k rows through it)
-
-route(logits, k, form="deferred") (one token) returns the buffers unfilled, with the logits as `pending`: the
-MoE call that takes it fills them in its own first launch (moe_h2g: the decode step saves the route launch),
-or launches the one-program route first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -46,7 +42,6 @@ class Routing:
     sorted: torch.Tensor  # [T * k] int32
     inverse: torch.Tensor  # [T * k] int32
     num_experts: int
-    pending: torch.Tensor | None = None  # form="deferred": the logits whose route fills the fields (fill_pending)
 
     @property
     def tokens(self) -> int:
@@ -91,10 +86,10 @@ def _bookkeeping(ids: torch.Tensor, weights: torch.Tensor, E: int) -> Routing:
 
 
 @triton.jit
-def _topk_softmax(logits_ptr, t0, T, E, stride_t, K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr,
-                  BLOCK_E: tl.constexpr):
-    """Tokens t0 .. t0 + BLOCK_T - 1 (those below T): top-K (descending, lowest index on ties) and softmax over
-    the K. Returns (ids [BLOCK_T, KP], weights, their mask)."""
+def _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, t0, T, E, stride_t, K: tl.constexpr, KP: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Tokens t0 .. t0 + BLOCK_T - 1 (those below T): top-K (descending, lowest index on ties), softmax over the
+    K, ids and weights stored. Returns (ids [BLOCK_T, KP], their mask)."""
     rt = t0 + tl.arange(0, BLOCK_T)
     re = tl.arange(0, BLOCK_E)
     rj = tl.arange(0, KP)
@@ -115,39 +110,24 @@ def _topk_softmax(logits_ptr, t0, T, E, stride_t, K: tl.constexpr, KP: tl.conste
     for j in tl.static_range(K):  # in order j = 0, 1, ...: the same sum whatever the layout (num_warps, tile)
         den += tl.sum(tl.where(rj[None, :] == j, ex, 0.0), axis=1)
     w = ex / tl.maximum(den, 1e-30)[:, None]
-    return ids, w, tm[:, None] & (rj < K)[None, :]
-
-
-@triton.jit
-def _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, t0, T, E, stride_t, K: tl.constexpr, KP: tl.constexpr,
-                        BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """_topk_softmax of tokens t0 .., ids and weights stored. Returns (ids [BLOCK_T, KP], their mask)."""
-    ids, w, jm = _topk_softmax(logits_ptr, t0, T, E, stride_t, K, KP, BLOCK_T, BLOCK_E)
-    rt = t0 + tl.arange(0, BLOCK_T)
-    rj = tl.arange(0, KP)
+    jm = tm[:, None] & (rj < K)[None, :]
     tl.store(ids_ptr + rt[:, None] * K + rj[None, :], ids, mask=jm)
     tl.store(w_ptr + rt[:, None] * K + rj[None, :], w, mask=jm)
     return ids, jm
 
 
 @triton.jit
-def _sorted_keys(ids, jm, K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr):
-    """The tile's slots sorted by (expert, slot): keys expert * S_PAD + slot [S_PAD], padding last."""
-    S_PAD: tl.constexpr = BLOCK_T * KP
-    slot = tl.arange(0, BLOCK_T)[:, None] * K + tl.arange(0, KP)[None, :]
-    key = tl.where(jm, ids * S_PAD + slot, 2147483647)
-    return tl.sort(tl.reshape(key, (S_PAD,)))
-
-
-@triton.jit
-def route_program(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
-                  K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """One program's whole route of T tokens: _topk_softmax_block, and a counting sort of the T*K slots by
-    expert (stable: the sort key is expert * S_pad + slot), every Routing field stored."""
+def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
+                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program: _topk_softmax_block, and a counting sort of the T*K slots by expert (stable: the sort key
+    is expert * S_pad + slot)."""
+    pdl_enter()
     ids, jm = _topk_softmax_block(logits_ptr, ids_ptr, w_ptr, 0, T, E, stride_t, K, KP, BLOCK_T, BLOCK_E)
     re = tl.arange(0, BLOCK_E)
     S_PAD: tl.constexpr = BLOCK_T * KP
-    key = _sorted_keys(ids, jm, K, KP, BLOCK_T)
+    slot = tl.arange(0, BLOCK_T)[:, None] * K + tl.arange(0, KP)[None, :]
+    key = tl.where(jm, ids * S_PAD + slot, 2147483647)
+    key = tl.sort(tl.reshape(key, (S_PAD,)))
     flat_ids = tl.reshape(tl.where(jm, ids, 0), (S_PAD,))
     counts = tl.histogram(flat_ids, BLOCK_E, mask=tl.reshape(jm, (S_PAD,)))
     em = re < E
@@ -159,26 +139,6 @@ def route_program(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, 
     s_sorted = key % S_PAD
     tl.store(sorted_ptr + rp, s_sorted, mask=valid)
     tl.store(inv_ptr + s_sorted, rp, mask=valid)
-
-
-@triton.jit
-def _route_fused_kernel(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t,
-                        K: tl.constexpr, KP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """route's one-program form: route_program after the PDL wait."""
-    pdl_enter()
-    route_program(logits_ptr, ids_ptr, w_ptr, counts_ptr, offs_ptr, sorted_ptr, inv_ptr, T, E, stride_t, K, KP,
-                  BLOCK_T, BLOCK_E)
-
-
-@triton.jit
-def one_token_position(logits_ptr, E, i, K: tl.constexpr, KP: tl.constexpr, BLOCK_E: tl.constexpr):
-    """(expert, slot) of sorted position i of one token's route from its logits row, computed in registers
-    exactly as route_program sorts them (its tile of 2 token rows, the second empty): what a MoE launch of one
-    token needs of the Routing without waiting for it."""
-    ids, _, jm = _topk_softmax(logits_ptr, 0, 1, E, 0, K, KP, 2, BLOCK_E)
-    key = _sorted_keys(ids, jm, K, KP, 2)
-    ki = tl.sum(tl.where(tl.arange(0, 2 * KP) == i, key, 0), axis=0)
-    return ki // (2 * KP), ki % (2 * KP)
 
 
 @triton.jit
@@ -254,19 +214,11 @@ def _routing_buffers(T: int, E: int, k: int, device) -> Routing:
                    torch.empty(T * k, **i32), E)
 
 
-def fill_pending(r: Routing) -> Routing:
-    """A deferred Routing (route(form="deferred")) filled by the one-program route launch; others as they are."""
-    if r.pending is None:
-        return r
-    _route_fused(r.pending, r.top_k, out=r)
-    return replace(r, pending=None)
-
-
-def _route_fused(logits: torch.Tensor, k: int, num_warps: int | None = None, out: Routing | None = None) -> Routing:
+def _route_fused(logits: torch.Tensor, k: int, num_warps: int | None = None) -> Routing:
     T, E = logits.shape
     if num_warps is None:
         num_warps = fused_route_warps(T, E)
-    r = out or _routing_buffers(T, E, k, logits.device)
+    r = _routing_buffers(T, E, k, logits.device)
     _route_fused_kernel[(1,)](logits, r.ids, r.weights, r.counts, r.offsets, r.sorted, r.inverse, T, E,
                               logits.stride(0), K=k, KP=triton.next_power_of_2(k),
                               BLOCK_T=max(2, triton.next_power_of_2(T)), BLOCK_E=max(2, triton.next_power_of_2(E)),
@@ -300,9 +252,8 @@ def _route_blocks(logits: torch.Tensor, k: int, blocks: dict) -> Routing:
     return r
 
 
-#: route's forms: one program, three launches over token blocks, torch's top-k and sort, and (one token, asked
-#: for by name only) deferred to the MoE call
-ROUTE_FORMS = ("fused", "blocks", "torch", "deferred")
+#: route's forms: one program, three launches over token blocks, torch's top-k and sort
+ROUTE_FORMS = ("fused", "blocks", "torch")
 
 
 def route_forms(T: int, E: int, k: int, on_device: bool = True) -> list[str]:
@@ -311,7 +262,7 @@ def route_forms(T: int, E: int, k: int, on_device: bool = True) -> list[str]:
     if not (0 < T and 1 <= k <= E <= 1024 and on_device):
         return ["torch"]
     return [f for f, fits in (("fused", T <= FUSED_MAX_TOKENS), ("blocks", _blocks_launch(T, E) is not None),
-                              ("torch", True), ("deferred", T == 1)) if fits]
+                              ("torch", True)) if fits]
 
 
 def route_path(T: int, E: int, k: int, on_device: bool = True) -> str:
@@ -334,8 +285,6 @@ def route(logits: torch.Tensor, k: int, *, form: str | None = None) -> Routing:
     counts per expert; one program scanning those counts; each block placing its slots), and where even that
     does not fit (E above 256), or for CPU logits on a machine with a GPU, torch's top-k and sort kernels.
     form ("fused", "blocks", "torch") forces one of them where it applies (route_forms), to measure or test it.
-    form="deferred" (one token): no launch; the Routing's buffers are filled by the MoE call it is passed to
-    (moe_mxfp4), in that call's first launch where the variant can, so nothing may read them before it.
     """
     T, E = logits.shape if logits.dim() == 2 else (0, 0)
     on_device = logits.is_cuda or INTERPRETED  # CPU logits on a GPU machine: torch
@@ -346,8 +295,6 @@ def route(logits: torch.Tensor, k: int, *, form: str | None = None) -> Routing:
                          f"{logits.device.type}: it takes {route_forms(T, E, k, on_device)} (of {ROUTE_FORMS})")
     if form != "torch":
         _check_tensor("logits", logits, (torch.float32, torch.bfloat16, torch.float16))
-        if form == "deferred":
-            return replace(_routing_buffers(T, E, k, logits.device), pending=logits.contiguous())
         if form == "fused":
             return _route_fused(logits.contiguous(), k)
         return _route_blocks(logits.contiguous(), k, _blocks_launch(T, E))

@@ -18,7 +18,7 @@ def install(monkeypatch, calls: list | None = None) -> list:
     """Patch the three kernel names into `kernels`; returns the list the fakes record their calls in."""
     calls = [] if calls is None else calls
 
-    def route(logits, k, *, form=None):  # every form gives the filled routing here (deferred too)
+    def route(logits, k):
         calls.append(("route", tuple(logits.shape), k))
         return Routing(*topk_softmax(logits, k))
 

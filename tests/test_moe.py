@@ -119,7 +119,6 @@ def test_route_forms_and_the_pick_by_size(device):
     from kernels.routing import fused_route_warps, route_forms, route_path
 
     assert route_forms(64, 128, 4) == ["fused", "blocks", "torch"] and route_forms(65, 128, 4) == ["blocks", "torch"]
-    assert route_forms(1, 128, 4) == ["fused", "blocks", "torch", "deferred"]  # deferred: asked for by name only
     assert route_forms(32769, 128, 4) == ["torch"] and route_forms(100, 512, 4) == ["torch"]
     assert route_forms(100, 256, 4) == ["blocks", "torch"] and route_forms(8, 128, 4, on_device=False) == ["torch"]
     assert route_forms(0, 128, 4) == route_forms(8, 4, 5) == ["torch"]
@@ -1331,63 +1330,3 @@ def test_moe_split_many_calls_in_a_row_on_the_gpu():
         assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max(), cfg
     torch.cuda.synchronize()
     assert all(not b.any() for b in sync.SCRATCH.values() if b.dtype == torch.float32)
-
-
-@pytest.mark.parametrize("cfg", [
-    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 1, "NIB": False, "EARLY": False},
-    {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 1, "NIB": True, "PREFETCH": True, "EARLY": 2,
-     "BLOCK_N2": 16},
-])
-def test_deferred_route_is_routed_inside_moe_h2g(cfg, layer, device):
-    """route(form="deferred") of one token: moe_h2g routes in its own launches (each program its position's
-    expert from the logits, mlp1's first program storing the Routing) and gives route()'s Routing and output bit
-    for bit, combined or as MoESlots; another variant fills the Routing with a route launch first; more than one
-    token is an error."""
-    dw = tuple(w.to(device) for w in layer)
-    x = torch.randn(1, H, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).to(device)
-    for seed in range(2):
-        logits = torch.randn(1, E, generator=torch.Generator().manual_seed(seed)).to(device)
-        r = K.route(logits, TOPK)
-        for combine in (True, False):
-            ref = K.moe_mxfp4(x, r, *dw, variant="moe_h2g", combine=combine, **cfg)
-            rd = K.route(logits, TOPK, form="deferred")
-            assert rd.pending is not None
-            got = K.moe_mxfp4(x, rd, *dw, variant="moe_h2g", combine=combine, **cfg)
-            assert _same_routing(r, rd), (seed, combine)
-            if combine:
-                assert torch.equal(got, ref), seed
-            else:
-                assert torch.equal(got.rows, ref.rows) and torch.equal(got.inverse, ref.inverse), seed
-        gemv = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 1}
-        rd = K.route(logits, TOPK, form="deferred")
-        got = K.moe_mxfp4(x, rd, *dw, variant="moe_gemv", **gemv)
-        assert torch.equal(got, K.moe_mxfp4(x, r, *dw, variant="moe_gemv", **gemv)) and _same_routing(r, rd)
-    with pytest.raises(ValueError, match="route form 'deferred' does not apply"):
-        K.route(torch.randn(2, 4).to(device), 2, form="deferred")
-
-
-@pytest.mark.gpu
-def test_deferred_route_under_pdl_and_graphs():
-    """On the GPU, every launch under PDL in a CUDA graph of route(form="deferred") + layer (the decode step's
-    shape, EARLY=2): fresh logits and x before each of 20 replays give the eager route()'s bits."""
-    from kernels._triton import pdl_scope
-
-    dev = torch.device("cuda")
-    dw, x, _, _ = odd_layer(23, 1, 6, dev)
-    g = torch.Generator(device=dev).manual_seed(1)
-    logits = torch.randn(1, 4, device=dev)
-    cfg = {"BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 1024, "NIB": True, "PREFETCH": True, "BLOCK_N2": 4, "EARLY": 2,
-           "num_warps": 1}
-    with pdl_scope(True):
-        K.moe_mxfp4(x, K.route(logits, 2, form="deferred"), *dw, variant="moe_h2g", **cfg)  # compile outside
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            ye = K.moe_mxfp4(x, K.route(logits, 2, form="deferred"), *dw, variant="moe_h2g", **cfg)
-    for rep in range(20):
-        logits.copy_(torch.randn(1, 4, generator=g, device=dev))
-        x.copy_(torch.randn(1, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
-        graph.replay()
-        y = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_h2g", **cfg)
-        torch.cuda.synchronize()
-        assert torch.equal(ye, y), rep

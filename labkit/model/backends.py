@@ -126,7 +126,7 @@ class TorchMoE:
     def __init__(self, act_format: str = "bf16"):
         self.act_format = act_format
 
-    def route(self, logits: torch.Tensor, config: ModelConfig, *, defer: bool = False) -> TorchRouting:
+    def route(self, logits: torch.Tensor, config: ModelConfig) -> TorchRouting:
         return route_torch(logits, config)
 
     def experts(self, x, routing, lw, config, emit=None, x16=None, combine=True) -> torch.Tensor:
@@ -140,9 +140,8 @@ class TritonMoE:
         self._route = _import_kernel("route", "triton")
         self._moe = _import_kernel("moe_mxfp4", "triton")
 
-    def route(self, logits: torch.Tensor, config: ModelConfig, *, defer: bool = False):
-        """defer (one token): kernels.route's deferred form, routed inside experts()' first launch."""
-        return self._route(logits, config.top_k, form="deferred" if defer and logits.shape[0] == 1 else None)
+    def route(self, logits: torch.Tensor, config: ModelConfig):
+        return self._route(logits, config.top_k)
 
     def experts(self, x, routing, lw, config, emit=None, x16=None, combine=True):
         """x16: x already in fp16 (router_logits(x16=True)), saving the MoE kernels' conversion launch;

@@ -46,9 +46,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, scale: torch.Te
     return s, rms_norm(s, scale, eps)
 
 
-#: decode with the lab's kernels throughout (one token): the MoE's first launch routes (kernels.route's deferred
-#: form), so a layer has no route launch of its own
-ROUTE_IN_MOE = True
 #: up to this many rows the triton backend runs norm + router linear as one kernels.router_logits launch;
 #: beyond it (prefill) a norm launch and a cuBLAS GEMM serve better than every program redoing the norm.
 ROUTER_FUSED_MAX_ROWS = 16
@@ -171,7 +168,7 @@ class GptOss:
                     emit(i, "attention", a)
                 with rng("router"):
                     x, t, logits, t16 = self._router(x, a, lw, c)
-                    routing = self.moe.route(logits.reshape(B * T, -1), c, defer=slots and ROUTE_IN_MOE)
+                    routing = self.moe.route(logits.reshape(B * T, -1), c)
                 if emit:
                     emit(i, "router", dense_gates(routing, c.experts))
                 with rng("moe"):
