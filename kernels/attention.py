@@ -28,9 +28,43 @@ from .sync import scratch
 PAIRS = ("half", "consecutive")
 #: decode attention: each head's last split merges the head while the split launch has at most this many
 #: programs (batch x q heads x splits), else a merge launch follows. Measured on the H200 (gpt-oss-120b decode
-#: graph, .device/decode_flags.py): 576 programs (one sequence) 28 us a step faster, 4608 (eight) 73 us slower:
+#: graph, .device/decode_flags.py): 576 programs (one sequence) 30-42 us a step faster, 2304 (four) 35 us and
+#: 4608 (eight) 73 us slower:
 #: each program's release (a fence, then the atomic) lengthens every wave, the launch it saves is paid once.
 MERGE_MAX_PROGRAMS = 1024
+
+
+@triton.jit
+def _pair_offsets(i, D: tl.constexpr, HALF_PAIRS: tl.constexpr):
+    """Offsets in a head of the elements RoPE pair i rotates: (i, i + d/2), or (2i, 2i + 1) (the consecutive-pairs
+    bug)."""
+    if HALF_PAIRS:
+        return i, i + D // 2
+    else:
+        return 2 * i, 2 * i + 1
+
+
+@triton.jit
+def _store_rope_pair(x1, x2, row, b, pos, h, i, o1, o2, mask, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, HQ, HKV, S,
+                     D: tl.constexpr):
+    """Pair i (offsets o1, o2) of head h of token row `row` (sequence b, position pos), its two bf16 projection
+    values as fp32 x1, x2: rotated into q (q heads) or into the k cache (k heads), copied into the v cache (v
+    heads). Shared by _rope_kv_kernel (a vector of pairs of one row) and _qkv_rope_kernel (one pair of rows)."""
+    if h < HQ + HKV:
+        c = tl.load(cos_ptr + pos * (D // 2) + i, mask=mask)
+        s = tl.load(sin_ptr + pos * (D // 2) + i, mask=mask)
+        y1 = (x1 * c - x2 * s).to(tl.bfloat16)
+        y2 = (x2 * c + x1 * s).to(tl.bfloat16)
+        if h < HQ:
+            dst = q_ptr + (row.to(tl.int64) * HQ + h) * D
+        else:
+            dst = k_ptr + ((b * S + pos) * HKV + (h - HQ)).to(tl.int64) * D
+    else:
+        y1 = x1.to(tl.bfloat16)
+        y2 = x2.to(tl.bfloat16)
+        dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
+    tl.store(dst + o1, y1, mask=mask)
+    tl.store(dst + o2, y2, mask=mask)
 
 
 @triton.jit
@@ -39,33 +73,14 @@ def _rope_kv_kernel(qkv_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, T, 
     pdl_enter()
     row = tl.program_id(0)  # b * T + t
     h = tl.program_id(1)  # 0..HQ-1 q heads, then HKV k heads, then HKV v heads
-    b = row // T
     pos = tl.load(pos_ptr + row % T)
     src = qkv_ptr + row.to(tl.int64) * (HQ + 2 * HKV) * D + h * D
     i = tl.arange(0, D // 2)
-    if HALF_PAIRS:  # rotate (i, i + d/2)
-        o1 = i
-        o2 = i + D // 2
-    else:  # rotate (2i, 2i + 1): the consecutive-pairs bug
-        o1 = 2 * i
-        o2 = 2 * i + 1
-    if h < HQ + HKV:
-        x1 = tl.load(src + o1).to(tl.float32)
-        x2 = tl.load(src + o2).to(tl.float32)
-        c = tl.load(cos_ptr + pos * (D // 2) + i)
-        s = tl.load(sin_ptr + pos * (D // 2) + i)
-        y1 = (x1 * c - x2 * s).to(tl.bfloat16)
-        y2 = (x2 * c + x1 * s).to(tl.bfloat16)
-        if h < HQ:
-            dst = q_ptr + row.to(tl.int64) * HQ * D + h * D
-        else:
-            dst = k_ptr + ((b * S + pos) * HKV + (h - HQ)).to(tl.int64) * D
-        tl.store(dst + o1, y1)
-        tl.store(dst + o2, y2)
-    else:
-        rd = tl.arange(0, D)
-        dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
-        tl.store(dst + rd, tl.load(src + rd))
+    o1, o2 = _pair_offsets(i, D, HALF_PAIRS)
+    x1 = tl.load(src + o1).to(tl.float32)
+    x2 = tl.load(src + o2).to(tl.float32)
+    _store_rope_pair(x1, x2, row, row // T, pos, h, i, o1, o2, None, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, HQ,
+                     HKV, S, D)
 
 
 @triton.jit
@@ -73,17 +88,12 @@ def _qkv_rope_kernel(x_ptr, w_ptr, b_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_pt
                      D: tl.constexpr, HALF_PAIRS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_K: tl.constexpr):
     """Program p: the two qkv rows RoPE rotates together (head p // (D/2), pair p % (D/2)) through
-    kernels.linear_bf16.gemv_rows, then _rope_kv_kernel's step on the bf16 projection: rotated q stored, k
-    rotated and v plain into the cache at each token's position."""
+    kernels.linear_bf16.gemv_rows, rounded to bf16 as the projection's output, then _store_rope_pair for
+    every token row."""
     p = tl.program_id(0)
     h = p // (D // 2)
     i = p % (D // 2)
-    if HALF_PAIRS:
-        o1 = i
-        o2 = i + D // 2
-    else:
-        o1 = 2 * i
-        o2 = 2 * i + 1
+    o1, o2 = _pair_offsets(i, D, HALF_PAIRS)
     two = tl.arange(0, 2)
     rn = h * D + tl.where(two == 0, o1, o2)
     y = gemv_rows(x_ptr, w_ptr, rn, M, K, BLOCK_M, BLOCK_K)
@@ -92,23 +102,9 @@ def _qkv_rope_kernel(x_ptr, w_ptr, b_ptr, pos_ptr, cos_ptr, sin_ptr, q_ptr, k_pt
     x1, x2 = tl.split(y.to(tl.bfloat16).to(tl.float32))  # the projection's bf16 output, as rope_kv_write reads it
     rm = tl.arange(0, BLOCK_M)
     mmask = rm < M
-    b = rm // T
     pos = tl.load(pos_ptr + rm % T, mask=mmask, other=0)
-    if h < HQ + HKV:
-        c = tl.load(cos_ptr + pos * (D // 2) + i, mask=mmask, other=0.0)
-        s = tl.load(sin_ptr + pos * (D // 2) + i, mask=mmask, other=0.0)
-        y1 = (x1 * c - x2 * s).to(tl.bfloat16)
-        y2 = (x2 * c + x1 * s).to(tl.bfloat16)
-        if h < HQ:
-            dst = q_ptr + (rm.to(tl.int64) * HQ + h) * D
-        else:
-            dst = k_ptr + ((b * S + pos) * HKV + (h - HQ)).to(tl.int64) * D
-    else:
-        y1 = x1.to(tl.bfloat16)
-        y2 = x2.to(tl.bfloat16)
-        dst = v_ptr + ((b * S + pos) * HKV + (h - HQ - HKV)).to(tl.int64) * D
-    tl.store(dst + o1, y1, mask=mmask)
-    tl.store(dst + o2, y2, mask=mmask)
+    _store_rope_pair(x1, x2, rm, rm // T, pos, h, i, o1, o2, mmask, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, HQ, HKV,
+                     S, D)
 
 
 def qkv_rope_kv_write(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, positions: torch.Tensor,
