@@ -1,7 +1,7 @@
 """What the large-token MoE targets ask, against what bf16 weights reach on the same GPU: for gpt-oss's MoE at
 512-8192 tokens (uniform routing, the sweeps' samples), (1) the layer's two expert GEMMs alone with bf16 weights
 (torch._grouped_mm over the expert-sorted rows: no gather, bias, SwiGLU or combine), checked per expert against an
-fp32 matmul first; (2) `moe_mxfp4(variant="auto")`, the whole layer, checked against reference_moe first; both
+fp32 matmul first; (2) the config `variant="auto"` takes with tiled+nib weights, the whole layer, checked against reference_moe first; both
 timed as the sweeps time them (labkit.bench.time_calls), two rounds. Also the bf16 ceiling's own 8192^3 matmul,
 timed as measure_ceilings times it (median of single spin-led calls) and sustained (300 calls back to back, one
 event pair), each with the SM clock nvidia-smi saw: the MoE at 4096-8192 tokens runs seconds at a power cap.
@@ -19,6 +19,7 @@ import torch
 from probe_points import checked_moe_calls, timed_arms
 
 import kernels as K
+from kernels.tables import pick_moe
 from labkit import routing as routing_gen
 from labkit.bench_moe import MODELS, MoEBench, point_seed
 from labkit.clocks import ClockSampler
@@ -107,9 +108,13 @@ def main():
             err, calls, f = grouped_gemm_calls(model, t, w1, w2)
             points.append((f"{model} T={t} bf16 GEMMs", err, calls))
             facts[points[-1][0]] = dict(f, model=model, tokens=t, arm="bf16 grouped GEMMs only")
-            err, calls = checked_moe_calls(mb, t, "auto", {})
+            E, k, H, I = MODELS[model]
+            name, cfg = pick_moe({"op": "moe", "m": t, "tokens": t, "experts": E, "top_k": k, "n": 2 * I, "k": H,
+                                  "scale_min": 118, "scale_max": 124, "tiled": True, "shuffled": True})
+            err, calls = checked_moe_calls(mb, t, name, cfg)
             points.append((f"{model} T={t} mxfp4 auto", err, calls))
-            facts[points[-1][0]] = dict(f, model=model, tokens=t, arm="moe_mxfp4 auto, whole layer")
+            facts[points[-1][0]] = dict(f, model=model, tokens=t, arm="moe_mxfp4 auto (tiled+nib), whole layer")
+            print(f"{model} T={t}: bf16 GEMMs checked, {name} {cfg} rel err {err:.3g}", flush=True)
     d = timed_arms(points, {"plain": lambda name, calls: contextlib.nullcontext(calls)}, "arm_", reps=20)
     d = d.assign(**{c: d.point.map(lambda p, c=c: facts[p][c]) for c in ("model", "tokens", "arm", "flops",
                                                                          "mxfp4_bytes")})
@@ -126,7 +131,7 @@ def main():
             "bf16_grouped.csv: per point (model, tokens, arm) and round, time_calls' columns (us per call, SM "
             "clock), tflops, frac_of_bf16_ceiling and frac_of_mxfp4_floor (the MoE layer's floor as ./lab targets "
             "judges it, from this run's ceilings); arm 'bf16 grouped GEMMs only' is the two expert GEMMs alone on "
-            "bf16 weights (torch._grouped_mm), 'moe_mxfp4 auto, whole layer' the lab's layer. ceiling_clock.csv: "
+            "bf16 weights (torch._grouped_mm), 'moe_mxfp4 auto (tiled+nib), whole layer' the lab's layer in the config auto takes. ceiling_clock.csv: "
             "the 8192^3 bf16 matmul as measure_ceilings times it and sustained, with clocks.",
             bf16_grouped=d, ceiling_clock=pd.DataFrame(clocks))
 
