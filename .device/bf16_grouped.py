@@ -1,10 +1,11 @@
-"""What the large-token MoE targets ask, against what bf16 weights reach on the same GPU: for gpt-oss's MoE at
-512-8192 tokens (uniform routing, the sweeps' samples), (1) the layer's two expert GEMMs alone with bf16 weights
+"""What the large-token MoE targets ask, against what bf16 weights reach on the same GPU: for gpt-oss's MoE at 512-8192
+tokens (uniform routing, the sweeps' samples), (1) the layer's two expert GEMMs alone with bf16 weights
 (torch._grouped_mm over the expert-sorted rows: no gather, bias, SwiGLU or combine), checked per expert against an
-fp32 matmul first; (2) the config `variant="auto"` takes with tiled+nib weights, the whole layer, checked against reference_moe first; both
-timed as the sweeps time them (labkit.bench.time_calls), two rounds. Also the bf16 ceiling's own 8192^3 matmul,
-timed as measure_ceilings times it (median of single spin-led calls) and sustained (300 calls back to back, one
-event pair), each with the SM clock nvidia-smi saw: the MoE at 4096-8192 tokens runs seconds at a power cap.
+fp32 matmul first; (2) the config `variant="auto"` takes with tiled+nib weights, the whole layer, checked against
+reference_moe first; both timed as the sweeps time them (labkit.bench.time_calls), two rounds. Also the bf16
+ceiling's own 8192^3 matmul, timed as measure_ceilings times it (median of single spin-led calls) and sustained (300
+calls back to back, one event pair), each with the SM clock nvidia-smi saw: the MoE at 4096-8192 tokens runs seconds
+at a power cap.
 
 call as: python3 .device/bf16_grouped.py [OUT_DIR] [--models ...] [--tokens ...]
 (writes bf16_grouped.csv, ceiling_clock.csv and meta.json into a probe run folder)
@@ -131,7 +132,8 @@ def main():
             "bf16_grouped.csv: per point (model, tokens, arm) and round, time_calls' columns (us per call, SM "
             "clock), tflops, frac_of_bf16_ceiling and frac_of_mxfp4_floor (the MoE layer's floor as ./lab targets "
             "judges it, from this run's ceilings); arm 'bf16 grouped GEMMs only' is the two expert GEMMs alone on "
-            "bf16 weights (torch._grouped_mm), 'moe_mxfp4 auto (tiled+nib), whole layer' the lab's layer in the config auto takes. ceiling_clock.csv: "
+            "bf16 weights (torch._grouped_mm), 'moe_mxfp4 auto (tiled+nib), whole layer' the lab's layer in the "
+            "config auto takes. ceiling_clock.csv: "
             "the 8192^3 bf16 matmul as measure_ceilings times it and sustained, with clocks.",
             bf16_grouped=d, ceiling_clock=pd.DataFrame(clocks))
 
