@@ -502,6 +502,35 @@ def _combine_kernel(y_ptr, inv_ptr, out_ptr, H, TOPK: tl.constexpr, TOPK_P2: tl.
     tl.store(out_ptr + t.to(tl.int64) * H + rh, acc.to(tl.bfloat16), mask=hm)
 
 
+@triton.jit
+def _swiglu_rows_kernel(h_ptr, gate_ptr, a_ptr, I, KP, alpha, limit, BLOCK: tl.constexpr):
+    """Row r of a [S, KP]: gate[r] * swiglu(h[r]) in columns < I, gate[r] in column I, zeros beyond."""
+    r = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = c < I
+    gate = tl.load(gate_ptr + r).to(tl.float32)
+    g = tl.load(h_ptr + r * 2 * I + 2 * c, mask=m, other=0.0).to(tl.float32)
+    lin = tl.load(h_ptr + r * 2 * I + 2 * c + 1, mask=m, other=0.0).to(tl.float32)
+    val = tl.where(m, swiglu(g, lin, alpha, limit) * gate, tl.where(c == I, gate, 0.0))
+    tl.store(a_ptr + r * KP + c, val.to(tl.bfloat16), mask=c < KP)
+
+
+def swiglu_rows(h: torch.Tensor, gates: torch.Tensor, kp: int, alpha: float = 1.702,
+                limit: float = 7.0) -> torch.Tensor:
+    """h [S, 2I] bf16 (gate/linear columns interleaved), gates [S] -> [S, kp] bf16 (kp > I): each row's
+    SwiGLU times its gate, then the gate itself in column I (a bias column for the next GEMM to scale its bias
+    by the gate too), zeros after. One pass: the glue of a grouped-GEMM layer (labkit.bench_moe.TorchBf16MoE)."""
+    S, two_i = h.shape
+    I = two_i // 2
+    if kp <= I:
+        raise ValueError(f"kp must exceed I={I} (column I holds the gate), got {kp}")
+    a = torch.empty((S, kp), device=h.device, dtype=torch.bfloat16)
+    if S:
+        _swiglu_rows_kernel[(S, triton.cdiv(kp, 1024))](h.contiguous(), gates.contiguous(), a, I, kp, float(alpha),
+                                                        float(limit), BLOCK=1024)
+    return a
+
+
 @dataclass(frozen=True)
 class MoESlots:
     """A MoE layer's output before its combine (moe_mxfp4(combine=False)): rows [T*k, H] bf16, each slot's

@@ -1330,3 +1330,43 @@ def test_moe_split_many_calls_in_a_row_on_the_gpu():
         assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max(), cfg
     torch.cuda.synchronize()
     assert all(not b.any() for b in sync.SCRATCH.values() if b.dtype == torch.float32)
+
+
+@pytest.mark.parametrize("routing", ["uniform", "all_to_one", "duplicates(0.5)"])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_torch_bf16_baseline_matches_reference(routing, grouped, layer, device):
+    """The sweeps' bf16 baseline (labkit.bench_moe.TorchBf16MoE: biases as GEMM columns, gates folded into mlp2's
+    rows, SwiGLU in one pass, the lab's combine) is the same layer, through torch._grouped_mm and the per-expert
+    loop alike, including experts with no tokens and a token sent to one expert twice."""
+    from labkit.bench_moe import TorchBf16MoE
+
+    base = TorchBf16MoE(*[w.to(device) for w in layer])
+    if not grouped:
+        base.grouped = False
+    elif not base.grouped:
+        pytest.skip("this torch build has no working torch._grouped_mm (the loop is tested)")
+    for tokens in (1, 17):
+        sample = rgen.generate(routing, tokens, E, TOPK, seed=tokens)
+        x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+        ref = K.reference_moe(x.float(), (sample.ids, sample.weights), *layer)
+        r = K.Routing.from_ids(sample.ids.to(device), sample.weights.to(device), E)
+        y = base(x.to(device), r)
+        assert y.shape == (tokens, H) and y.dtype == torch.bfloat16
+        assert rel_err(y, ref) < TOL, (routing, tokens)
+
+
+def test_swiglu_rows_scales_by_the_gate_and_appends_it(device):
+    """kernels.moe.swiglu_rows: gate * GPT-OSS SwiGLU of the interleaved columns (clamps included), the gate in
+    column I, zeros after it."""
+    from kernels.moe import swiglu_rows
+
+    g = torch.Generator().manual_seed(1)
+    h = (torch.randn(5, 2 * I, generator=g) * 6).to(torch.bfloat16)  # past the +-7 clamps
+    gates = torch.rand(5, generator=g)
+    a = swiglu_rows(h.to(device), gates.to(device), I + 8).float().cpu()
+    want = K.swiglu_gptoss(h.float()) * gates[:, None]
+    assert torch.allclose(a[:, :I], want, rtol=1e-2, atol=1e-3)
+    assert torch.allclose(a[:, I], gates, rtol=2**-7, atol=0)  # one bf16 step (the interpreter truncates)
+    assert not a[:, I + 1:].any()
+    with pytest.raises(ValueError, match="kp must exceed"):
+        swiglu_rows(h.to(device), gates.to(device), I)
