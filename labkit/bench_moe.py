@@ -101,8 +101,7 @@ class TorchBf16MoE:
         self.w1 = _with_bias_column(d1, b1, _pad8(self.H + 1))
         del d1
         d2 = mxfp4_to_dense(w2)  # [E, H, I]
-        self.I = d2.shape[2]
-        self.w2 = _with_bias_column(d2, b2, _pad8(self.I + 1))
+        self.w2 = _with_bias_column(d2, b2, _pad8(d2.shape[2] + 1))
         del d2
         self.grouped = hasattr(torch, "_grouped_mm") and self._grouped_works()
 
