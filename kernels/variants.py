@@ -9,7 +9,9 @@ top_k and tokens.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 KINDS = ("gemv", "gemm", "moe")
@@ -61,17 +63,53 @@ class Variant:
             raise ValueError(f"variant {self.name!r} cannot run {_fmt(problem)} with {full}: {r}")
         return full
 
-    def configs(self, problem: Mapping, space: Mapping[str, tuple] | None = None) -> list[dict]:
-        """Every config of the (given or registered) space that the rules allow for this problem."""
+    def iter_configs(self, problem: Mapping, space: Mapping[str, tuple] | None = None) -> Iterator[dict]:
+        """The configs `configs` lists, one at a time in the same order (the first without listing them all)."""
         space = dict(space or self.space)
         keys = list(space)
-        out = []
         for vals in itertools.product(*(space[k] for k in keys)):
             cfg = {**self.defaults, **dict(zip(keys, vals))}
             if self.reason(cfg, problem) is None:
-                out.append(cfg)
-        return out
+                yield cfg
 
+    def configs(self, problem: Mapping, space: Mapping[str, tuple] | None = None) -> list[dict]:
+        """Every config of the (given or registered) space that the rules allow for this problem.
+
+        The registered spaces of the tensor-core variants hold millions of combinations (gemv_mma 11M, moe_mma
+        ~10^12): list those through a sweep spec's grid, and draw from the whole space with `sample`."""
+        return list(self.iter_configs(problem, space))
+
+    def first(self, problem: Mapping) -> dict | None:
+        """The defaults when the rules allow them for this problem, else the first allowed config (or None)."""
+        if self.reason(dict(self.defaults), problem) is None:
+            return dict(self.defaults)
+        return next(self.iter_configs(problem), None)
+
+    def sample(self, problem: Mapping, count: int, seed: object = 0, where: Callable[[dict], bool] | None = None,
+               tries: int = 200_000) -> list[dict]:
+        """Up to `count` distinct allowed configs (and `where` holds for them), drawn uniformly from the registered
+        space with a seeded generator: the same list for the same seed. Why: tests and selfcheck want a few
+        configs from spaces far too large to list (gemv_mma's full list takes ~40 s of rule checks per problem);
+        drawing points of the product and keeping the allowed ones costs a few ms. Spaces of at most `tries`
+        points are listed whole and sampled from the list, so an allowed config is never missed there."""
+        rng = random.Random(str(seed))
+        ok = (lambda c: True) if where is None else where
+        keys = list(self.space)
+        if math.prod(len(self.space[k]) for k in keys) <= tries:
+            allowed = [c for c in self.iter_configs(problem) if ok(c)]
+            return rng.sample(allowed, min(count, len(allowed)))
+        out, seen = [], set()
+        for _ in range(tries):
+            cfg = {**self.defaults, **{k: rng.choice(self.space[k]) for k in keys}}
+            key = tuple(cfg[k] for k in keys)
+            if key in seen:
+                continue
+            seen.add(key)
+            if ok(cfg) and self.reason(cfg, problem) is None:
+                out.append(cfg)
+                if len(out) == count:
+                    break
+        return out
 
 def _fmt(problem: Mapping) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in problem.items() if v is not None) + ")"

@@ -30,9 +30,7 @@ def selfcheck_linear(configs_per_variant: int = 2, seed: int = 0) -> list[dict]:
         for name, v in VARIANTS.items():
             if v.op != "linear":
                 continue
-            allowed = v.configs(linear_problem(m, p))
-            step = max(1, len(allowed) // max(1, configs_per_variant - 1))
-            cfgs = [dict(v.defaults)] + allowed[step // 2:: step][: configs_per_variant - 1]
+            cfgs = [dict(v.defaults)] + v.sample(linear_problem(m, p), configs_per_variant - 1, seed=f"{name}{seed}")
             for cfg in cfgs:
                 if v.reason(cfg, linear_problem(m, p)):
                     continue

@@ -6,7 +6,6 @@ element pattern (a dropped block, a swapped nibble, a wrong scale all give error
 quantizes activations to MXFP8 (3 mantissa bits), which costs ~3% and gets 8e-2.
 """
 
-import random
 
 import pytest
 import torch
@@ -45,11 +44,12 @@ SHAPES = [(1, 200, 160), (3, 72, 96), (17, 40, 288)]  # N, K multiples of no til
 def test_variant_matches_reference(name, m, n, k, device):
     x, w, b, ref = make(m, n, k, seed=m * 7 + n, dev=device)
     p = K.prepare_mxfp4(w)
-    cfgs = LINEAR[name].configs(linear_problem(m, p))
+    v, seed = LINEAR[name], f"{name}{m}{n}{k}"
+    cfgs = v.sample(linear_problem(m, p), 2, seed)  # two allowed configs drawn from the whole space
     assert cfgs, f"{name} has no config for m={m}, n={n}, k={k}"
-    rng = random.Random(f"{name}{m}{n}{k}")
-    staged = [c for c in cfgs if c.get("num_stages", 1) > 2][:1]  # a pipelined K loop, where one exists
-    for cfg in [LINEAR[name].defaults] + rng.sample(cfgs, min(2, len(cfgs))) + staged:
+    staged = v.sample(linear_problem(m, p), 1, seed,  # a pipelined K loop, where one exists
+                      where=lambda c: c.get("num_stages", 1) > 2 and c not in cfgs)
+    for cfg in [v.defaults] + cfgs + staged:
         if LINEAR[name].reason(cfg, linear_problem(m, p)):
             continue
         y = K.mxfp4_linear(x, w, b, variant=name, **cfg)
@@ -61,7 +61,7 @@ def test_variant_matches_reference(name, m, n, k, device):
 def test_ggml_layout_and_no_bias(name, device):
     x, w, _, ref = make(3, 72, 96, seed=5, dev=device, layout="ggml", bias=False)
     assert w.layout == "ggml"
-    cfg = LINEAR[name].configs(linear_problem(3, K.prepare_mxfp4(w)))[0]
+    cfg = LINEAR[name].first(linear_problem(3, K.prepare_mxfp4(w)))
     y = K.mxfp4_linear(x, w, variant=name, **cfg)
     assert rel_err(y, ref) < tol(name)
     # repacking to openai gives the identical result
@@ -230,6 +230,28 @@ def test_auto_falls_back_when_scales_leave_the_fast_window(device):
         K.mxfp4_linear(x, K.tile_mxfp4(w))
 
 
+def test_sample_draws_allowed_configs_without_listing_the_space():
+    """`sample` draws from spaces too large to list (gemv_mma: 11M points): every config it returns is allowed and
+    distinct, the same seed gives the same list, `where` filters; on a space it lists whole (gemv: 384 points) it
+    returns allowed configs only, and all of them when asked for more. `first` is the defaults where allowed."""
+    problem = {"m": 3, "n": 72, "k": 96, "scale_min": 120, "scale_max": 124}
+    v = LINEAR["gemv_mma"]
+    got = v.sample(problem, 5, seed="a")
+    keys = [tuple(sorted(c.items(), key=str)) for c in got]
+    assert len(got) == 5 and len(set(keys)) == 5 and all(v.reason(c, problem) is None for c in got)
+    assert got == v.sample(problem, 5, seed="a") and got != v.sample(problem, 5, seed="b")
+    tiled = v.sample(problem, 3, seed="a", where=lambda c: c["TILED"])
+    assert len(tiled) == 3 and all(c["TILED"] for c in tiled)
+    assert v.first(problem) == dict(v.defaults)
+    small = LINEAR["gemv"]
+    allowed = small.configs(problem)
+    assert 0 < len(allowed) < 384
+    assert sorted(map(str, small.sample(problem, 10_000))) == sorted(map(str, allowed))
+    # a problem no config can run: nothing, not an error
+    assert v.sample({**problem, "scale_min": 0, "scale_max": 250}, 2, tries=2000) == []
+    assert v.first({**problem, "tiled": True, "shuffled": True}) is not None
+
+
 def test_shared_memory_rule_rules_out_configs_that_cannot_launch():
     # this gemv_tc16 config needed 368 KB of shared memory and failed to launch on the H100 (227 KB per block)
     problem = {"m": 1, "n": 200, "k": 160, "scale_min": 120, "scale_max": 124}
@@ -343,7 +365,7 @@ def test_dense_dequant_kernel_matches_codec(device):
 @pytest.mark.parametrize("name", sorted(LINEAR))
 def test_variants_under_cuda_graph_capture(name):
     x, w, b, ref = make(3, 200, 160, seed=9, dev="cuda")
-    cfg = LINEAR[name].configs(linear_problem(3, K.prepare_mxfp4(w)))[0]
+    cfg = LINEAR[name].first(linear_problem(3, K.prepare_mxfp4(w)))
     K.mxfp4_linear(x, w, b, variant=name, **cfg)  # compile and prepare outside capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
