@@ -86,17 +86,27 @@ def cmd_sass(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    """Every kernel once on odd small shapes against the reference (run it under compute-sanitizer too)."""
+    """Every kernel once on odd small shapes against the reference (run it under compute-sanitizer too); each
+    call's line is printed as it finishes, so a slow or hanging kernel shows where it stopped."""
+    import torch
+
     from .selfcheck import selfcheck_linear, selfcheck_moe
 
-    rows = (selfcheck_linear() if args.op in ("all", "linear") else []) + (
-        selfcheck_moe() if args.op in ("all", "moe") else [])
-    bad = [r for r in rows if not r["ok"]]
-    for r in rows:
-        err = "-" if r["err"] is None else f"{r['err']:.2e}"
-        print(f"{'ok ' if r['ok'] else 'BAD'} {r['variant']:12s} m={r['m']:<3d} n={r['n']:<4d} k={r['k']:<4d} "
-              f"err={err} {r.get('error', '')}")
-    print(f"{len(rows) - len(bad)}/{len(rows)} correct")
+    only = args.variant or None
+    checks = ([selfcheck_linear(only=only)] if args.op in ("all", "linear") else []) + (
+        [selfcheck_moe(only=only)] if args.op in ("all", "moe") else [])
+    done = bad = 0
+    for rows in checks:
+        for r in rows:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # a launch error surfaces at its own line
+            done, bad = done + 1, bad + (not r["ok"])
+            err = "-" if r["err"] is None else f"{r['err']:.2e}"
+            print(f"{'ok ' if r['ok'] else 'BAD'} {r['variant']:12s} m={r['m']:<3d} n={r['n']:<4d} k={r['k']:<4d} "
+                  f"err={err} {r.get('error', '')}", flush=True)
+    if not done:
+        raise ValueError(f"no check matches --op {args.op} and --variant {' '.join(args.variant or [])}")
+    print(f"{done - bad}/{done} correct")
     return 1 if bad else 0
 
 
@@ -613,6 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("selfcheck", help="every kernel once on odd small shapes against the fp32 reference")
     p.add_argument("--op", choices=("all", "linear", "moe"), default="all")
+    p.add_argument("--variant", nargs="+", metavar="NAME",
+                   help="only these variants (route: the routing check); default every registered one")
     p.set_defaults(func=cmd_selfcheck)
 
     p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and the "

@@ -287,3 +287,23 @@ def test_once_runs_linear_and_moe_variants(argv, expect, capsys):
     """`labkit once` (the ncu workload) runs a linear config on its shape and a MoE config on a model's layer."""
     assert main(argv) == 0
     assert expect in capsys.readouterr().out
+
+
+def test_selfcheck_prints_each_check_and_fails_on_a_wrong_kernel(capsys, monkeypatch):
+    """`labkit selfcheck --variant`: a line per checked call, a count, exit 0; a kernel whose output is 10% off
+    is reported BAD and the command exits 1; an unknown name is an error before anything runs."""
+    import dataclasses
+
+    import kernels as K
+
+    assert main(["selfcheck", "--variant", "gemv", "route"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "11/11 correct"  # 3 shapes x (defaults + 1 drawn config), 5 routing checks
+    assert sum(ln.startswith("ok  gemv ") for ln in out) == 6 and sum(ln.startswith("ok  route ") for ln in out) == 5
+    v = K.VARIANTS["gemv"]
+    monkeypatch.setitem(K.VARIANTS, "gemv", dataclasses.replace(v, fn=lambda *a, **c: v.fn(*a, **c) * 1.1))
+    assert main(["selfcheck", "--op", "linear", "--variant", "gemv"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "0/6 correct" and all(ln.startswith("BAD gemv ") for ln in out[:-1])
+    assert main(["selfcheck", "--variant", "nope"]) == 2
+    assert "unknown variant(s) nope" in capsys.readouterr().err
