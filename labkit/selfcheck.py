@@ -4,6 +4,7 @@ and the workload to run under `compute-sanitizer --tool memcheck`."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
 
 import torch
 
@@ -29,10 +30,10 @@ def _wanted(op: str, only: Iterable[str] | None) -> list[str]:
     return [n for n in names if n in set(only)]
 
 
-def _row(variant, m, n, k, config, run) -> dict:
+def _row(variant, m, n, k, config, call, ref, tol) -> dict:
     """One checked call: its error against the reference, or the exception it raised (reported, not raised)."""
     try:
-        err, tol = run()
+        err = _rel_err(call(), ref)
         return {"variant": variant, "m": m, "n": n, "k": k, "config": config, "err": err, "ok": err <= tol}
     except Exception as e:  # reported in the table
         return {"variant": variant, "m": m, "n": n, "k": k, "config": config, "err": None, "ok": False,
@@ -57,8 +58,8 @@ def selfcheck_linear(configs_per_variant: int = 2, seed: int = 0, only: Iterable
             for cfg in cfgs:
                 if v.reason(cfg, problem):
                     continue
-                yield _row(name, m, n, k, cfg,
-                           lambda: (_rel_err(mxfp4_linear(x, w, b, variant=name, **cfg), ref), tolerance(name)))
+                call = partial(mxfp4_linear, x, w, b, variant=name, **cfg)
+                yield _row(name, m, n, k, cfg, call, ref, tolerance(name))
 
 
 def selfcheck_moe(seed: int = 0, only: Iterable[str] | None = None) -> Iterator[dict]:
@@ -82,8 +83,8 @@ def selfcheck_moe(seed: int = 0, only: Iterable[str] | None = None) -> Iterator[
             r = Routing.from_ids(s.ids.to(dev), s.weights.to(dev), E)
             ref = reference_moe(x.float(), (s.ids.to(dev), s.weights.to(dev)), w1, b1.float(), w2, b2.float())
             for name in names:
-                yield _row(name, T, 2 * I, H, rt, lambda: (_rel_err(moe_mxfp4(x, r, w1, b1, w2, b2, variant=name), ref),
-                                                           tolerance(name, "moe")))
+                yield _row(name, T, 2 * I, H, rt, partial(moe_mxfp4, x, r, w1, b1, w2, b2, variant=name), ref,
+                           tolerance(name, "moe"))
     if only is not None and "route" not in only:
         return
     for T, E in ((1, 128), (5, 32), (64, 128), (200, 32), (1000, 128)):  # route's one program and token blocks
