@@ -172,6 +172,7 @@ def cmd_targets(args) -> int:
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
                              x_goal=judged["x_goal"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+                             held=judged["held"].map(pct),
                              goal=judged["goal"].map("{:.0%}".format),
                              met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}),
                              auto=judged["opt_in"].map({True: "opt-in"}).fillna(""))
@@ -184,11 +185,17 @@ def cmd_targets(args) -> int:
         if read:
             print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read}); x_goal: the "
                   "x_read the goal asks")
+        held = {c.get("bf16_tflops_sustained") for c in judged.attrs["ceilings"].values()} - {None}
+        if judged["held"].notna().any():
+            print(f"held: a compute-bound point's fraction of the floor at the bf16 rate {max(held):.0f} TFLOP/s "
+                  "that matmuls sustain back to back (labkit.hardware.SUSTAINED_CALLS); judged on value")
         for name, g in show.groupby("target", sort=False):
             print(f"\n{name}")
             cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "auto", "run_id"]
             if read and g["x_read"].notna().any():
                 cols[6:6] = ["x_read", "x_goal"]
+            if judged.loc[g.index, "held"].notna().any():
+                cols[cols.index("value") + 1:cols.index("value") + 1] = ["held"]
             g = g.rename(columns={"repeats": "n"})[cols]
             print(g.to_string(index=False, float_format="%.1f"))
         print()

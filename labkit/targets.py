@@ -106,6 +106,9 @@ def _ceilings(metas: Iterable[dict]) -> dict[str, dict]:
         best = out.setdefault(gpu, {"read_gbps": 0.0, "bf16_tflops": 0.0})
         best["read_gbps"] = max(best["read_gbps"], float(c["read_gbps"]))
         best["bf16_tflops"] = max(best["bf16_tflops"], float(c.get("bf16_tflops") or 0.0))
+        if c.get("bf16_tflops_sustained"):  # runs since stop 66 (labkit.hardware.SUSTAINED_CALLS)
+            best["bf16_tflops_sustained"] = max(best.get("bf16_tflops_sustained", 0.0),
+                                                float(c["bf16_tflops_sustained"]))
     return out
 
 
@@ -177,7 +180,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                 row = {"target": t.name, "issue": t.issue, "problem": problem, "m": m, "metric": t.metric,
                        "goal": t.goal,
                        "variant": None, "config": None, "us": None, "bytes": None, "flops": None, "value": None,
-                       "met": None, "run_id": None, "opt_in": None,
+                       "met": None, "run_id": None, "opt_in": None, "gpu": None,
                        "runs": int(pts["run_id"].nunique()), "repeats": 0, "median": None, "met_median": None}
                 if len(pts):  # MoE points of different runs (or samples) touch different experts: rank by fraction
                     best = pts.loc[pts["us_graph" if t.metric == "vs_bf16" else "frac_of_floor"].agg(
@@ -189,7 +192,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                         cublas = base["us_graph"].min() if len(base) else float("nan")
                         value = float(cublas / best["us_graph"])
                     repeats, median = _repeatable(pts, t.metric, cublas)
-                    row.update(variant=best["variant"], config=short_config(best["config"]),
+                    row.update(variant=best["variant"], config=short_config(best["config"]), gpu=best["gpu"],
                                us=float(best["us_graph"]), bytes=float(best["bytes"]), flops=float(best["flops"]),
                                value=value,
                                met=None if pd.isna(value) else bool(value >= t.goal), run_id=best["run_id"],
@@ -197,7 +200,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                                repeats=repeats, median=median,
                                met_median=None if median is None or pd.isna(median) else bool(median >= t.goal))
                 rows.append(row)
-    out = _with_read(pd.DataFrame(rows), paths, ceil)
+    out = _with_held(_with_read(pd.DataFrame(rows), paths, ceil), ceil)
     out.attrs["ceilings"] = ceil
     out.attrs["runs"] = sum(m.get("gpu") in ceil for m in metas.values())
     out.attrs["other_gpus"] = sorted(g for g in _ceilings(metas.values()) if g not in ceil)
@@ -221,6 +224,22 @@ def _with_read(out: pd.DataFrame, paths: list[Path], ceil: dict) -> pd.DataFrame
     x_read = out["us"].astype(float) * pd.Series(gbps, index=out.index) * 1e3 / out["bytes"].astype(float)
     x_goal = (x_read * out["value"].astype(float) / out["goal"].astype(float)).where(out["metric"] == "frac_of_floor")
     return out.assign(x_read=x_read, x_goal=x_goal)
+
+
+def _with_held(out: pd.DataFrame, ceil: dict) -> pd.DataFrame:
+    """`held`: a compute-bound floor point's fraction of the floor at the bf16 rate matmuls sustain back to back
+    (the highest `bf16_tflops_sustained` measured on its GPU; NaN where the floor is memory-bound, for targets
+    against cuBLAS, or where no run measured it). Why beside `value`: the floor's bf16 rate is that of single
+    calls at the boost clock, which a layer held for milliseconds does not keep (labkit.hardware.SUSTAINED_CALLS);
+    the target stays judged on `value`."""
+    if out.empty:
+        return out.assign(held=float("nan"))
+    rate = lambda key: out["gpu"].map(lambda g: (ceil.get(g) or {}).get(key)).astype(float)  # noqa: E731
+    flops, nbytes = out["flops"].astype(float), out["bytes"].astype(float)
+    mem = nbytes / (rate("read_gbps") * 1e9)
+    compute_bound = flops / (rate("bf16_tflops") * 1e12) > mem
+    floor = pd.concat([mem, flops / (rate("bf16_tflops_sustained") * 1e12)], axis=1).max(axis=1, skipna=False) * 1e6
+    return out.assign(held=(floor / out["us"].astype(float)).where(compute_bound & (out["metric"] == "frac_of_floor")))
 
 
 def summary(judged: pd.DataFrame) -> pd.DataFrame:

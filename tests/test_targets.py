@@ -191,3 +191,35 @@ def test_cli_judges_the_newest_gpu_and_names_the_others(tmp_path, capsys):
     main(["targets", "--runs", str(a), str(b), "--gpu", GPU])
     out = capsys.readouterr().out
     assert f"({GPU}: 3000 GB/s read" in out and "also measured on NVIDIA H200" in out
+
+
+def test_held_shows_compute_bound_points_against_the_sustained_bf16_rate(tmp_path, capsys):
+    """`held`: a compute-bound point's fraction of a floor at the highest `bf16_tflops_sustained` measured (runs
+    before it have none); memory-bound points and runs without it get NaN, and `value` (the judged one) stays
+    against the single-call rate."""
+    from labkit.cli import main
+    from labkit.runs import open_run
+
+    large = next(t for t in TARGETS if t.op == "moe_layer" and 8192 in t.tokens)
+    flops = 2.0 * 8192 * 4 * 3 * 2880 * 2880  # 20b at 8192 tokens: 1.6 TFLOP, 2.0 ms at 800 TFLOP/s
+
+    def moe(m, us, f):
+        return {"op": "moe_layer", "variant": "moe_mma", "config": {}, "m": m, "model": "gpt-oss-20b",
+                "routing": "uniform", "status": "ok", "us_graph": us, "bytes": 4.2e8, "flops": f}
+
+    old = _run(tmp_path, "old", [moe(8192, 3000.0, flops), moe(512, 300.0, 1e9)], read_gbps=4000.0)
+    out = judge([old], targets=[large]).set_index(["problem", "m"])
+    assert out["held"].isna().all()
+    new = _run(tmp_path, "new", [moe(8192, 3100.0, flops)], read_gbps=4000.0)
+    c = open_run(new).meta["ceilings"]
+    open_run(new).update_meta(ceilings={**c, "bf16_tflops_sustained": 600.0})
+    out = judge([old, new], targets=[large]).set_index(["problem", "m"])
+    row = out.loc[("gpt-oss-20b", 8192)]
+    assert row["us"] == 3000.0 and row["value"] == pytest.approx(flops / 800e12 * 1e6 / 3000)
+    assert row["held"] == pytest.approx(flops / 600e12 * 1e6 / 3000)
+    assert math.isnan(out.loc[("gpt-oss-20b", 512), "held"])  # memory-bound: 105 us of bytes, 1.25 of flops
+    assert math.isnan(out.loc[("gpt-oss-120b", 8192), "held"])  # not measured
+    main(["targets", "--runs", str(old), str(new)])
+    text = capsys.readouterr().out
+    assert "held: a compute-bound point's fraction of the floor at the bf16 rate 600 TFLOP/s" in text
+    assert f"{row['held']:.1%}" in text
