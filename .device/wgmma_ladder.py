@@ -291,7 +291,8 @@ def main():
                           + "  ".join(f"{got.get(m, float('nan')):9.2f}" for m in modes))
     if run:
         lines = ["block_m,rows,per_sm,mode,steps,waves,ms,tflops,of_cublas,weight_tbps"]
-        lines += [f"{a},{b},{c},{d},{e},{f},{g:.4f},{h:.1f},{i:.3f},{j:.3f}" for a, b, c, d, e, f, g, h, i, j in rows_out]
+        lines += [f"{a},{b},{c},{d},{e},{f},{g:.4f},{h:.1f},{i:.3f},{j:.3f}"
+                  for a, b, c, d, e, f, g, h, i, j in rows_out]
         (run.path / "wgmma_ladder.csv").write_text("\n".join(lines) + "\n")
         run.update_meta(contents="wgmma_ladder.csv: rate of the WGMMA K loop built up rung by rung",
                         cublas_bf16_tflops=cublas)
