@@ -10,11 +10,14 @@ i=0
 for call in "$@"; do
   i=$((i+1))
   echo "== $call"
-  ncu --clock-control none --csv --metrics "$M" python3 -m labkit once $call --repeat 0 > $OUT/ncu_pipes_$i.csv 2>&1
+  # the lab's kernels only (their names start with _): the layer's setup launches a thousand torch kernels
+  ncu --clock-control none --csv --metrics "$M" -k regex:^_ python3 -m labkit once $call --repeat 0 \
+    > $OUT/ncu_pipes_$i.csv 2>&1
   python3 - $OUT/ncu_pipes_$i.csv <<'PY'
 import csv, collections, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14]
-head, body = rows[0], rows[1:]
+start = next(i for i, r in enumerate(rows) if r[0] == "ID")  # ncu's own lines come first
+head, body = rows[start], rows[start + 1:]
 col = {n: head.index(n) for n in ("ID", "Kernel Name", "Metric Name", "Metric Value")}
 per = collections.defaultdict(dict)
 for r in body:
