@@ -92,6 +92,8 @@ class Variant:
         configs from spaces far too large to list (gemv_mma's full list takes ~40 s of rule checks per problem);
         drawing points of the product and keeping the allowed ones costs a few ms. Spaces of at most `tries`
         points are listed whole and sampled from the list, so an allowed config is never missed there."""
+        if count <= 0:
+            return []
         rng = random.Random(str(seed))
         ok = (lambda c: True) if where is None else where
         keys = list(self.space)

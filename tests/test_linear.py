@@ -242,7 +242,7 @@ def test_sample_draws_allowed_configs_without_listing_the_space():
     assert got == v.sample(problem, 5, seed="a") and got != v.sample(problem, 5, seed="b")
     tiled = v.sample(problem, 3, seed="a", where=lambda c: c["TILED"])
     assert len(tiled) == 3 and all(c["TILED"] for c in tiled)
-    assert v.first(problem) == dict(v.defaults)
+    assert v.first(problem) == dict(v.defaults) and v.sample(problem, 0) == []
     small = LINEAR["gemv"]
     allowed = small.configs(problem)
     assert 0 < len(allowed) < 384
