@@ -113,6 +113,7 @@ class Variant:
                     break
         return out
 
+
 def _fmt(problem: Mapping) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in problem.items() if v is not None) + ")"
 

@@ -350,7 +350,8 @@ def _bandwidth(nbytes: int, dev, g, reps: int, warmup: int) -> tuple[float, floa
 #: Matmuls timed back to back for `bf16_tflops_sustained` (8192^3 each: ~0.4 s on an H100 or H200). Why: the bf16
 #: ceiling is the median of single spin-led calls, which run at the GPU's boost clock, while a matmul held for
 #: longer runs at the clock its power limit allows: on an H200 786 TFLOP/s at 1965 MHz single, 684 at 1597 MHz for
-#: 300 calls (results/20261129T003820-h200-bf16-grouped), and large-token MoE layers ran at 1770-1815 MHz. The
+#: 300 calls (results/20261129T003820-h200-bf16-grouped; 802 and 693 in ...034750-h200-moe-h200-held, where the
+#: large-token MoE layers kept 1965-1980 MHz, 1740-1815 in stop 65's runs). The
 #: floor stays DESIGN.md's (single calls); `./lab targets` shows compute-bound points against this rate beside it.
 SUSTAINED_CALLS = 300
 

@@ -162,10 +162,8 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     df = df[df["gpu"].isin(ceil) & (df["status"] == "ok") & df["us_graph"].notna()].copy()
     df = df[[v in BASELINES or runnable(v, c) for v, c in zip(df["variant"], df["config"])]].copy()
     df["problem"] = _problem(df)
-    bw = df["gpu"].map(lambda g: ceil[g]["read_gbps"]) * 1e9
-    rate = df["gpu"].map(lambda g: ceil[g]["bf16_tflops"]) * 1e12
-    floor_us = pd.concat([df["bytes"] / bw, df["flops"] / rate], axis=1).max(axis=1) * 1e6
-    df["frac_of_floor"] = floor_us / df["us_graph"]
+    rate = lambda key: df["gpu"].map(lambda g: ceil[g][key])  # noqa: E731
+    df["frac_of_floor"] = _floor_us(df["bytes"], df["flops"], rate("read_gbps"), rate("bf16_tflops")) / df["us_graph"]
     rows = []
     for t in targets:
         sel = df[(df["op"] == t.op) & df["problem"].isin(t.problems) & df["m"].isin(t.tokens)]
@@ -235,11 +233,16 @@ def _with_held(out: pd.DataFrame, ceil: dict) -> pd.DataFrame:
     if out.empty:
         return out.assign(held=float("nan"))
     rate = lambda key: out["gpu"].map(lambda g: (ceil.get(g) or {}).get(key)).astype(float)  # noqa: E731
-    flops, nbytes = out["flops"].astype(float), out["bytes"].astype(float)
-    mem = nbytes / (rate("read_gbps") * 1e9)
-    compute_bound = flops / (rate("bf16_tflops") * 1e12) > mem
-    floor = pd.concat([mem, flops / (rate("bf16_tflops_sustained") * 1e12)], axis=1).max(axis=1, skipna=False) * 1e6
-    return out.assign(held=(floor / out["us"].astype(float)).where(compute_bound & (out["metric"] == "frac_of_floor")))
+    flops, nbytes, bw, held = out["flops"].astype(float), out["bytes"].astype(float), rate("read_gbps"), \
+        rate("bf16_tflops_sustained")
+    compute_bound = flops / (rate("bf16_tflops") * 1e12) > nbytes / (bw * 1e9)
+    value = _floor_us(nbytes, flops, bw, held) / out["us"].astype(float)
+    return out.assign(held=value.where(compute_bound & held.notna() & (out["metric"] == "frac_of_floor")))
+
+
+def _floor_us(nbytes: pd.Series, flops: pd.Series, read_gbps: pd.Series, bf16_tflops: pd.Series) -> pd.Series:
+    """DESIGN.md's floor in us: the larger of bytes over the read rate and flops over the bf16 rate."""
+    return pd.concat([nbytes / (read_gbps * 1e9), flops / (bf16_tflops * 1e12)], axis=1).max(axis=1) * 1e6
 
 
 def summary(judged: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,6 @@ element pattern (a dropped block, a swapped nibble, a wrong scale all give error
 quantizes activations to MXFP8 (3 mantissa bits), which costs ~3% and gets 8e-2.
 """
 
-
 import pytest
 import torch
 
