@@ -10,7 +10,7 @@ i=0
 for call in "$@"; do
   i=$((i+1))
   echo "== $call"
-  ncu --clock-control none --section SourceCounters --section WarpStateStats -k regex:$regex -s ${SKIP:-0} -c 1 \
+  ncu -f --clock-control none --section SourceCounters --section WarpStateStats -k regex:$regex -s ${SKIP:-0} -c 1 \
       -o /tmp/rep_$i python3 -m labkit once $call --repeat 1 2>&1 | grep -v "^==PROF==" | tail -2
   ncu --import /tmp/rep_$i.ncu-rep --page source --print-source sass --csv > $OUT/sass_$i.csv 2> $OUT/sass_$i.err
   python3 .device/sass_top.py $OUT/sass_$i.csv
