@@ -57,13 +57,6 @@ try:  # Gluon ships with Triton >= 3.4; without it only the interpreter twin exi
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    import os as _os
-
-    #: A/B probe of the TMA=2 ring's order (LAB_TMA_ORDER, read at import; not a config): bit 1 refills the ring
-    #: before waiting for the step's own slot, bit 2 puts x's boxes on mbarriers of their own, waited for after the
-    #: decode.
-    _TMA_ORDER = gl.constexpr(int(_os.environ.get("LAB_TMA_ORDER", "0")))
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
@@ -528,11 +521,7 @@ if gluon is not None:
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
         mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q."""
         slot = c % STAGES
-        if _TMA_ORDER & 2 and not SEQ:  # x on its own barrier, after the weights' in the array
-            xbar = bars.index(STAGES + slot)
-            mbarrier.expect(xbar, xsm.shape[1] * STEP * 16, pred=c < steps)
-            tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], xbar, xsm.index(slot), pred=c < steps)
-        elif SEQ:
+        if SEQ:
             CHUNKS: gl.constexpr = STEP // 16
             for q in gl.static_range(CHUNKS):
                 tma.async_copy_global_to_shared(xdesc, [m0, (c * CHUNKS + q) * 128], bars.index(slot),
@@ -578,8 +567,8 @@ if gluon is not None:
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            XB: gl.constexpr = 0 if _TMA_ORDER & 2 and not SEQ else xsm.shape[1] * STEP * 16
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, XB, g1, SEQ)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
+                           SEQ)
             _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ)
         else:
             _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
@@ -618,21 +607,15 @@ if gluon is not None:
             # every thread's x copies landed; every warp is done with step c - 1's slot. First in the step, so
             # that it also separates last step's TMA issue from this step's reads for Triton's barrier pass
             gl.thread_barrier()
-            if XT and _TMA_ORDER & 1:  # the refill first: its slot (step c - 1's) is free past the barrier
-                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps,
-                             STEP, STAGES, XT, g1, xok)
             mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words and scales (and XT's x) landed
             if not XT:
                 fence_async_shared()  # x's copies (generic proxy) before the wgmma's reads (async proxy)
             v = wsm.index(slot)._reinterpret(gl.int32, [BLOCK_N, CHUNKS, 4, 4], SW).load(LW)
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
-            if not (XT and _TMA_ORDER & 1):
-                _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps,
-                             STEP, STAGES, XT, g1, xok)
+            _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
+                         STAGES, XT, g1, xok)
             w = _g_decode_step(v, s, SMAX, NIB)
-            if XT and _TMA_ORDER & 2:  # x's box, waited for past the decode
-                mbarrier.wait(bars.index(STAGES + slot), (c // STAGES) & 1)
             acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
                                 xsm.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
@@ -676,13 +659,12 @@ if gluon is not None:
         else:
             wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
         ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
-        NBAR: gl.constexpr = 2 * STAGES if XT and _TMA_ORDER & 2 and not SEQ else STAGES
-        bars = gl.allocate_shared_memory(gl.int64, [NBAR, 1], mbarrier.MBarrierLayout())
-        for q in gl.static_range(NBAR):
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for q in gl.static_range(STAGES):
             mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
-        XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT and not (_TMA_ORDER & 2 and not SEQ) else 0
+        XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
@@ -717,7 +699,7 @@ if gluon is not None:
                                (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
         if not XT:
             async_copy.wait_group(0)
-        for q in gl.static_range(NBAR):
+        for q in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(q))
         return acc
 

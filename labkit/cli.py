@@ -419,6 +419,8 @@ def cmd_once(args) -> int:
         torch.cuda.synchronize()
     print(f"{args.variant} {what} {cfg}: ran {1 + args.repeat} times, out {tuple(y.shape)}")
     return 0
+
+
 def cmd_model_profile(args) -> int:
     """Decode profile of a GPT-OSS model: load, prefill, TTFT, tok/s, breakdown; stored as a run."""
     from .model.profile import profile_decode, store_profile
@@ -476,8 +478,8 @@ def _add_model_parser(sub) -> None:
         p.add_argument("--model", default="tiny", choices=list(PRESETS), help="model preset (default: tiny)")
         p.add_argument("--weights", default="synthetic",
                        help="'synthetic' (seeded random, any size) or a checkpoint: OpenAI/HF safetensors, GGUF")
-        p.add_argument("--batch", type=int, default=1)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and prompt (default 0)")
         p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
         p.add_argument("--out", help="run folder to write (default: results/<run_id>)")
 
@@ -593,14 +595,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("sass", help="compile a variant config without a GPU: registers, spills, loop instructions")
-    p.add_argument("variant")
+    p.add_argument("variant", help="a linear or MoE variant name (kernels.VARIANTS)")
     p.add_argument("--m", type=int, default=1, help="tokens (default 1)")
     p.add_argument("--n", type=int, default=201088, help="output features (default lm_head 201088)")
     p.add_argument("--k", type=int, default=2880, help="input features (default 2880)")
     p.add_argument("--model", default="gpt-oss-120b", help="MoE variants: the model whose layer is compiled")
     p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
     p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_sass)
 
     p = sub.add_parser("timeline", help="per-program timeline of moe_mma layers (GPU), or of a stored run (--from)")
@@ -613,10 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_timeline)
 
     p = sub.add_parser("once", help="run one variant config a few times (a workload for ncu or nsys)")
-    p.add_argument("variant")
-    p.add_argument("--m", type=int, default=1)
-    p.add_argument("--n", type=int, default=201088)
-    p.add_argument("--k", type=int, default=2880)
+    p.add_argument("variant", help="a linear or MoE variant name (kernels.VARIANTS)")
+    p.add_argument("--m", type=int, default=1, help="tokens (default 1)")
+    p.add_argument("--n", type=int, default=201088, help="linear variants: output features (default lm_head 201088)")
+    p.add_argument("--k", type=int, default=2880, help="linear variants: input features (default 2880)")
     p.add_argument("--model", default="gpt-oss-120b", help="MoE variants: the layer shape (gpt-oss-120b, "
                    "gpt-oss-20b, tiny)")
     p.add_argument("--routing", default="uniform", help="MoE variants: routing generator, e.g. zipf(1.2)")
@@ -633,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("best", help="fastest correct variant/config per point of a run, vs the floor and the "
                                     "op's baseline (cuBLAS bf16 for linear, torch bf16 for MoE)")
     p.add_argument("run", help="run folder or run id under results/")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("table", help="variant='auto' tables: derive them from runs, or report their regret")
@@ -666,7 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-band", type=float, default=0.03,
                    help="least relative change that counts, besides the p10-p90 bands (default 0.03)")
     p.add_argument("--csv", metavar="FILE", help="also write the whole comparison as CSV")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("targets", help="the speed targets (DESIGN.md) judged against measured runs: met or "
@@ -675,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
     p.add_argument("--gpu", help="substring of the GPU name to judge (default: the newest GPU run's)")
     p.add_argument("--markdown", action="store_true", help="print one Markdown table")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--chart", metavar="PATH", help="also write the chart there (PATH.html, and .png if possible)")
     p.add_argument("--no-opt-in", action="store_true",
                    help="judge only configs variant='auto' may pick (none with labkit.tables.OPT_IN's options)")
@@ -690,13 +692,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help="list run folders: GPU, date, commit, points ok / incorrect / failed")
     p.add_argument("root", nargs="?", help="folder holding run folders (default results/)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("sql", help="SQL (DuckDB) over run points: views `points` and `runs`")
     p.add_argument("sql", help="e.g. \"SELECT variant, min(us_graph) FROM points WHERE op='linear' GROUP BY 1\"")
     p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("batch", help="execute a notebook once per parameter set of a grid (papermill) into a run")
