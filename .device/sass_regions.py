@@ -44,4 +44,5 @@ for path in sys.argv[1:]:
                 why[hdr[i]] += num(r[i])
         print(f"  instructions {a}-{b} ({b - a + 1}), executed {e:.0f} times (warp-level): {share:.1%} of samples")
         print("    opcodes: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(10)))
-        print("    stalls (share of all samples): " + ", ".join(f"{k[6:]} {v / total:.1%}" for k, v in why.most_common(6)))
+        top = why.most_common(6)
+        print("    stalls (share of all samples): " + ", ".join(f"{k[6:]} {v / total:.1%}" for k, v in top))
