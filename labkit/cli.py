@@ -397,10 +397,27 @@ def cmd_once(args) -> int:
     from .bench import device, random_mxfp4
 
     cfg = _parse_config(args.config)
-    if args.variant in kernels.VARIANTS and kernels.VARIANTS[args.variant].op == "moe":
+    if args.variant == "auto":  # the config variant="auto" picks here, named so ncu's report can be read against it
+        from .bench_moe import MODELS
+        from .sweep import auto_picks
+
+        if args.model:
+            E, top_k, H, I = MODELS[args.model]
+            problem = {"op": "moe", "m": args.m, "tokens": args.m, "experts": E, "top_k": top_k, "n": 2 * I, "k": H}
+        else:
+            problem = {"op": "linear", "m": args.m, "n": args.n, "k": args.k}
+        [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]},
+                                              {**problem, "scale_min": 118, "scale_max": 124})
+        print(f"auto picks {args.variant} for a {args.layout} weight: "
+              + ",".join(f"{k}={v}" for k, v in picked.items() if v != kernels.VARIANTS[args.variant].defaults[k]))
+        cfg = {**picked, **cfg}
+    if args.variant not in kernels.VARIANTS:
+        raise SystemExit(f"unknown variant {args.variant!r}; known: auto, {', '.join(sorted(kernels.VARIANTS))}")
+    if kernels.VARIANTS[args.variant].op == "moe":
         from .bench_moe import MODELS, _layer
         from .routing import generate
 
+        args.model = args.model or "gpt-oss-120b"
         E, top_k, H, I = MODELS[args.model]
         layer = _layer(E, H, I, seed=0, dev=device())
         sample = generate(args.routing, args.m, E, top_k, seed=0)
@@ -615,12 +632,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_timeline)
 
     p = sub.add_parser("once", help="run one variant config a few times (a workload for ncu or nsys)")
-    p.add_argument("variant", help="a linear or MoE variant name (kernels.VARIANTS)")
+    p.add_argument("variant", help="a linear or MoE variant name (kernels.VARIANTS), or auto: the config "
+                   "variant='auto' picks for this problem and --layout, printed, then run (a MoE layer with --model)")
     p.add_argument("--m", type=int, default=1, help="tokens (default 1)")
     p.add_argument("--n", type=int, default=201088, help="linear variants: output features (default lm_head 201088)")
     p.add_argument("--k", type=int, default=2880, help="linear variants: input features (default 2880)")
-    p.add_argument("--model", default="gpt-oss-120b", help="MoE variants: the layer shape (gpt-oss-120b, "
-                   "gpt-oss-20b, tiny)")
+    p.add_argument("--model", help="MoE variants: the layer shape (gpt-oss-120b, the default; gpt-oss-20b, tiny)")
+    p.add_argument("--layout", default="tiled+nib", choices=HELD_LAYOUTS,
+                   help="auto: the weight layout whose table picks (default tiled+nib, what the sweeps' auto_picks "
+                        "and the targets use)")
     p.add_argument("--routing", default="uniform", help="MoE variants: routing generator, e.g. zipf(1.2)")
     p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
     p.add_argument("--repeat", type=int, default=2, help="calls after the first (warm-up) one")

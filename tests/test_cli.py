@@ -289,6 +289,27 @@ def test_once_runs_linear_and_moe_variants(argv, expect, capsys):
     assert expect in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, problem", [
+    (["once", "auto", "--m", "3", "--n", "96", "--k", "64", "--repeat", "0"], {"op": "linear", "n": 96, "k": 64}),
+    (["once", "auto", "--model", "tiny", "--m", "5", "--layout", "rows", "--repeat", "0"],
+     {"op": "moe", "tokens": 5, "experts": 8, "top_k": 2, "n": 128, "k": 64}),
+])
+def test_once_auto_names_and_runs_autos_pick(argv, problem, capsys):
+    """`labkit once auto` runs the config variant="auto" picks for the problem and --layout (ncu's workload as
+    auto runs it) and prints it: a linear one without --model, a MoE layer with it."""
+    from kernels.tables import pick_linear, pick_moe
+
+    layout = argv[argv.index("--layout") + 1] if "--layout" in argv else "tiled+nib"
+    held = {"tiled": layout.startswith("tiled"), "shuffled": layout.endswith("+nib")}
+    name, cfg = (pick_moe if problem["op"] == "moe" else pick_linear)(
+        {**problem, "m": 3 if problem["op"] == "linear" else 5, **held, "scale_min": 118, "scale_max": 124})
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"auto picks {name} for a {layout} weight: ")
+    ran = out.splitlines()[1]
+    assert ran.startswith(name) and all(f"'{k}': {v!r}" in ran for k, v in cfg.items()), (cfg, ran)
+
+
 def test_selfcheck_prints_each_check_and_fails_on_a_wrong_kernel(capsys, monkeypatch):
     """`labkit selfcheck --variant`: a line per checked call, a count, exit 0; a kernel whose output is 10% off
     is reported BAD and the command exits 1; an unknown name is an error before anything runs."""
