@@ -263,7 +263,8 @@ def cmd_compare(args) -> int:
                 where = shown[c].astype(object).where(shown[c].notna(), where)
         table = pd.DataFrame({
             "op": shown["op"], "where": where, "routing": shown["routing"],
-            "m": shown["m"], "variant": shown["variant"], "config": shown["config"].map(short_config),
+            "m": shown["m"], "variant": shown["variant"],
+            "config": [short_config(c, v) for c, v in zip(shown["config"], shown["variant"])],
             "A us [p10-p90]": band("a"), "B us [p10-p90]": band("b"), "B/A": shown["ratio"].round(3),
             "verdict": shown["verdict"]})
         table = table.drop(columns=[c for c in ("where", "routing") if table[c].isna().all()])

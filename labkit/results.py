@@ -248,9 +248,19 @@ def query(sql: str, runs: Iterable[str | Path] | None = None) -> pd.DataFrame:
         con.close()
 
 
-def short_config(config: str | Mapping | None) -> str:
-    """A config as 'N=64 K=128 warps=4' (BLOCK_ dropped) for tables and chart labels."""
+def short_config(config: str | Mapping | None, variant: str | None = None) -> str:
+    """A config as 'N=64 K=128 warps=4' (BLOCK_ dropped) for tables and chart labels. Given its variant, only what
+    differs from that variant's registered defaults ('defaults' if nothing does): a tensor-core config is ~25
+    options, most at their defaults."""
     cfg = json.loads(config) if isinstance(config, str) else dict(config or {})
+    if variant is not None:
+        from kernels import VARIANTS
+
+        if variant in VARIANTS and cfg:
+            defaults = VARIANTS[variant].defaults
+            cfg = {k: v for k, v in cfg.items() if k not in defaults or defaults[k] != v}
+            if not cfg:
+                return "defaults"
     names = {"num_warps": "warps", "num_stages": "stages"}
     return " ".join(f"{names.get(k, k.removeprefix('BLOCK_'))}={v}" for k, v in sorted(cfg.items())) or "-"
 
@@ -280,7 +290,7 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
                      "frac_of_floor": r.get("frac_of_floor"), "max_rel_err": r.get("max_rel_err"),
                      "baseline": BASELINE_FOR_OP.get(r["op"]),
                      "vs_baseline": None if b is None or pd.isna(b) else b / r[t],
-                     "config": short_config(r["config"])})
+                     "config": short_config(r["config"], r["variant"])})
     out = pd.DataFrame(rows)
     empty = [c for c in ("problem", "routing", "frac_of_floor", "max_rel_err", "vs_baseline") if out[c].isna().all()]
     return out.drop(columns=empty)

@@ -36,7 +36,7 @@ def sweep_frame(df: pd.DataFrame, op: str | None = None) -> pd.DataFrame:
     d["problem"] = shape.where(d["op"] == "linear", model).fillna(d["op"]).astype(str)
     d["routing"] = d["routing"].astype(object).where(d["routing"].notna(), "-")
     cfgs = [json.loads(c) if isinstance(c, str) else {} for c in d["config"]]
-    d["label"] = [short_config(c) for c in cfgs]
+    d["label"] = [short_config(c, v) for c, v in zip(cfgs, d["variant"])]
     for name in sorted({k for c in cfgs for k in c}):
         d[f"cfg_{name}"] = [c.get(name) for c in cfgs]
     for c in ("floor_us", "frac_of_floor"):
@@ -221,7 +221,8 @@ def compare_chart(cmp: pd.DataFrame, *, title: str | None = None):
     where = next((c for c in ("shape", "model") if c in d.columns), None)
     d["where"] = d[where].astype(object).where(d[where].notna(), "") if where else ""
     d["text"] = (d["op"].astype(str) + " " + d["where"].astype(str) + " " + d["routing"].astype(object)
-                 .where(d["routing"].notna(), "").astype(str) + "<br>" + d["config"].map(short_config) + "<br>"
+                 .where(d["routing"].notna(), "").astype(str) + "<br>"
+                 + pd.Series([short_config(c, v) for c, v in zip(d["config"], d["variant"])], index=d.index) + "<br>"
                  + d["verdict"])
     variants = sorted(d["variant"].unique())
     colors = _colors(variants)

@@ -190,7 +190,8 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
                         cublas = base["us_graph"].min() if len(base) else float("nan")
                         value = float(cublas / best["us_graph"])
                     repeats, median = _repeatable(pts, t.metric, cublas)
-                    row.update(variant=best["variant"], config=short_config(best["config"]), gpu=best["gpu"],
+                    row.update(variant=best["variant"], config=short_config(best["config"], best["variant"]),
+                               gpu=best["gpu"],
                                us=float(best["us_graph"]), bytes=float(best["bytes"]), flops=float(best["flops"]),
                                value=value,
                                met=None if pd.isna(value) else bool(value >= t.goal), run_id=best["run_id"],

@@ -209,7 +209,7 @@ def _two_runs(tmp_path):
     from labkit.runs import create_run
 
     def pt(m, us, variant="gemv"):
-        return {"op": "linear", "variant": variant, "config": {"BLOCK_N": 64} if variant == "gemv" else {}, "m": m,
+        return {"op": "linear", "variant": variant, "config": {"BLOCK_N": 32} if variant == "gemv" else {}, "m": m,
                 "n": 128, "k": 64, "routing": None, "status": "ok", "shape": "lm_head", "us_graph": us,
                 "us_graph_p10": us * 0.99, "us_graph_p90": us * 1.01}
 
@@ -226,7 +226,7 @@ def test_compare_runs_and_sql_commands(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--csv", str(tmp_path / "c.csv")]) == 0
     out = capsys.readouterr().out
     assert "3 points in both runs" in out and "1 wins, 0 losses, 2 within noise" in out
-    assert "10 [9.9-10.1]" in out and "N=64" in out and "different GPUs" not in out
+    assert "10 [9.9-10.1]" in out and "N=32" in out and "different GPUs" not in out
     assert main(["compare", str(a), str(b), "--changes"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert [r.split()[-1] for r in rows[1:-3]] == ["win"]  # header, the win, then A =, B = and the summary

@@ -1,5 +1,6 @@
 """Results store: appends are durable, keys identify points, many runs read as one frame."""
 
+import json
 import sys
 
 import pandas as pd
@@ -229,3 +230,17 @@ def test_probe_run_is_made_before_measuring_and_names_its_command(tmp_path, monk
     run.finish_with("t.csv: two rows", t=pd.DataFrame({"a": [1, 2]}))
     assert pd.read_csv(out / "t.csv")["a"].tolist() == [1, 2]
     assert run.meta["contents"] == "t.csv: two rows" and run.meta["finished"] is not None
+
+
+def test_short_config_names_only_what_differs_from_the_variants_defaults():
+    """With its variant, a config reads as the options it sets away from that variant's defaults (BLOCK_ dropped,
+    sorted); without, every option; an unknown variant (a baseline) keeps them all."""
+    import kernels as K
+    from labkit.results import short_config
+
+    cfg = {**K.VARIANTS["moe_mma"].defaults, "BLOCK_M": 128, "TMA": 2, "num_warps": 8}
+    assert short_config(cfg, "moe_mma") == "M=128 TMA=2 warps=8"
+    assert short_config(json.dumps(K.VARIANTS["gemv"].defaults), "gemv") == "defaults"
+    assert short_config({"BLOCK_N": 64, "num_stages": 3}) == "N=64 stages=3"
+    assert short_config({"BLOCK_N": 64}, "cublas_bf16") == "N=64"
+    assert short_config({}, "gemv") == "-" and short_config(None) == "-"
