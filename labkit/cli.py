@@ -409,8 +409,9 @@ def cmd_once(args) -> int:
             problem = {"op": "linear", "m": args.m, "n": args.n, "k": args.k}
         [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]},
                                               {**problem, "scale_min": 118, "scale_max": 124})
+        defaults = kernels.VARIANTS[args.variant].defaults  # printed as --config takes it, defaults left out
         print(f"auto picks {args.variant} for a {args.layout} weight: "
-              + ",".join(f"{k}={v}" for k, v in picked.items() if v != kernels.VARIANTS[args.variant].defaults[k]))
+              + (",".join(f"{k}={v}" for k, v in picked.items() if k not in defaults or v != defaults[k]) or "defaults"))
         cfg = {**picked, **cfg}
     if args.variant not in kernels.VARIANTS:
         raise SystemExit(f"unknown variant {args.variant!r}; known: auto, {', '.join(sorted(kernels.VARIANTS))}")
