@@ -410,8 +410,8 @@ def cmd_once(args) -> int:
         [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]},
                                               {**problem, "scale_min": 118, "scale_max": 124})
         defaults = kernels.VARIANTS[args.variant].defaults  # printed as --config takes it, defaults left out
-        print(f"auto picks {args.variant} for a {args.layout} weight: "
-              + (",".join(f"{k}={v}" for k, v in picked.items() if k not in defaults or v != defaults[k]) or "defaults"))
+        shown = ",".join(f"{k}={v}" for k, v in picked.items() if k not in defaults or v != defaults[k])
+        print(f"auto picks {args.variant} for a {args.layout} weight: {shown or 'defaults'}")
         cfg = {**picked, **cfg}
     if args.variant not in kernels.VARIANTS:
         raise SystemExit(f"unknown variant {args.variant!r}; known: auto, {', '.join(sorted(kernels.VARIANTS))}")
