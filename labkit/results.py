@@ -7,6 +7,7 @@ Schema: DESIGN.md "Results"; extra columns are allowed.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -77,9 +78,13 @@ class PointStore:
         self.path = self.dir / POINTS
 
     def read(self) -> pd.DataFrame:
-        if not self.path.exists():
+        """The stored points. The file is read in one go: parquet readers given a path open it more than once
+        (footer, then pages), and a sweep's append replacing it in between made them mix two files."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
             return pd.DataFrame(columns=POINT_COLUMNS)
-        return pd.read_parquet(self.path)
+        return pd.read_parquet(io.BytesIO(data))
 
     def append(self, rows: Mapping | Iterable[Mapping]) -> None:
         """Add finished points; durable once this returns."""
