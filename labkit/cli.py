@@ -345,7 +345,7 @@ def cmd_timeline(args) -> int:
         if not args.point:
             print("labkit timeline: give --point MODEL TOKENS CONFIG (one or more) or --from RUN_DIR", file=sys.stderr)
             return 2
-        from .runs import create_run
+        from .runs import create_run, write_atomic
 
         run = create_run("moe-timeline", out=args.out, parameters={"points": args.point, "routing": args.routing})
         out = run.path
@@ -364,10 +364,10 @@ def cmd_timeline(args) -> int:
                 if row.get(True) is not None and row.get(False) is not None and row[True] < row[False]:
                     print(f"{label}: the traced {launch} fits {row[True]} programs per SM, the untraced one "
                           f"{row[False]}: this timeline's occupancy is not the timed layer's", flush=True)
-            df = pd.concat(frames, ignore_index=True)
-            df.to_parquet(out / "programs.parquet", index=False)  # after each point: a killed run keeps them
-            pd.DataFrame(times).to_csv(out / "layer_us.csv", index=False)
-            pd.concat(fits, ignore_index=True).to_csv(out / "occupancy.csv", index=False)
+            df = pd.concat(frames, ignore_index=True)  # written after each point: a killed run keeps them
+            write_atomic(out / "programs.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
+            write_atomic(out / "layer_us.csv", lambda tmp: pd.DataFrame(times).to_csv(tmp, index=False))
+            write_atomic(out / "occupancy.csv", lambda tmp: pd.concat(fits, ignore_index=True).to_csv(tmp, index=False))
         run.update_meta(contents="programs.parquet: one row per mlp1/mlp2 program of each traced layer call (us "
                                  "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
                                  "traced and untraced; occupancy.csv: registers and programs per SM of each "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import RESULTS_DIR
+from .runs import write_atomic
 
 POINTS = "points.parquet"
 
@@ -94,9 +94,7 @@ class PointStore:
         new = pd.DataFrame([normalize_point(r) for r in rows])
         old = self.read()
         df = new if old.empty else pd.concat([old, new], ignore_index=True)
-        tmp = self.path.with_name(POINTS + ".tmp")
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path)
+        write_atomic(self.path, lambda tmp: df.to_parquet(tmp, index=False))
 
     def done_keys(self) -> set[tuple]:
         """Keys of points already stored (any status): a resumed sweep skips these."""

@@ -35,11 +35,17 @@ def make_run_id(name: str, gpu: str | None) -> str:
     return f"{stamp}-{dev}-{_slug(name)}"
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON through a temporary file and rename, so a kill never leaves half a file."""
+def write_atomic(path: Path, write) -> None:
+    """Make a file through write(temporary path) and a rename, so a kill never leaves half a file where a whole
+    one stood (a run's meta, points and traces are rewritten as it goes)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    write(tmp)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON through write_atomic."""
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"))
 
 
 def _command_line() -> str:

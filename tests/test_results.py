@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from labkit.results import KEY_COLUMNS, POINT_COLUMNS, PointStore, point_key, read_runs
-from labkit.runs import create_run, open_run, probe_run
+from labkit.runs import create_run, open_run, probe_run, write_atomic
 
 
 def _point(**kw):
@@ -55,6 +55,19 @@ def test_reading_while_a_sweep_appends_never_sees_a_mixed_file(tmp_path):
     finally:
         thread.join()
     assert reads > 20 and len(store.read()) == 150
+
+
+def test_a_write_that_dies_midway_leaves_the_old_file(tmp_path):
+    path = tmp_path / "programs.parquet"
+    write_atomic(path, lambda tmp: tmp.write_text("whole"))
+
+    def dies(tmp):
+        tmp.write_text("ha")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, dies)
+    assert path.read_text() == "whole"
 
 
 def test_bad_status_is_rejected(tmp_path):
