@@ -895,13 +895,16 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     counter left set would skip items)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
     dw, x, r, ref = odd_layer(19, 37, 6, device)
-    for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
-                  {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True, "ATOMIC": True},
-                  {"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}):
+    # each (PERSIST1, WAIT_LATE, TICKET1) setting once, spread over the three builds (every pair of them took 89 s
+    # in the interpreter): grids of 1, 2 and 8 programs per SM, and none
+    for extra, settings in (({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
+                             ((2, False, False), (8, 2, False))),
+                            ({"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True,
+                              "ATOMIC": True}, ((1, True, True), (0, 2, False))),
+                            ({"BLOCK_M": 16, "ROWS": 1, "EPI_EARLY": 1}, ((2, 2, True),))):
         c = {**cfg, **extra}
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c)
-        for persist, late, ticket in ((2, False, False), (1, True, True), (8, 2, False), (2, 2, True),
-                                      (0, 2, False)):
+        for persist, late, ticket in settings:
             for _ in range(2 if ticket else 1):
                 got = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **c, PERSIST1=persist, WAIT_LATE=late,
                                   TICKET1=ticket)
