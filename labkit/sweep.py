@@ -21,7 +21,9 @@ A spec is a dict or a YAML file (labkit/specs/*.yaml ship the lab's standard swe
                                              # at each point (tables.leaders); runs: folders or globs, `sources`
                                              # = the runs the op's tables came from; also: {PARAM: value} adds
                                              # each leader once more with those values (an A/B of one change
-                                             # against the best configs, on one routing sample)
+                                             # against the best configs, on one routing sample); layouts:
+                                             # [tiled+nib, ...] keeps only leaders that read those layouts;
+                                             # opt_in: true ranks configs with options auto never takes too
 
 `run_sweep` measures every point not already stored in the run folder, appending each as it finishes, so a
 sweep killed at any moment resumes where it stopped and loses at most the point in flight.
@@ -30,6 +32,7 @@ sweep killed at any moment resumes where it stopped and loses at most the point 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -113,7 +116,9 @@ def best_of(spec: dict, op: str) -> dict:
     """tables.leaders of the spec's `best_of` runs ({} without the key)."""
     import glob
 
-    from .tables import leaders, source_runs
+    from kernels.prepare import HELD_LAYOUTS
+
+    from .tables import config_layout, leaders, source_runs
 
     bo = spec.get("best_of")
     if not bo:
@@ -122,13 +127,19 @@ def best_of(spec: dict, op: str) -> dict:
         raise ValueError(f"spec: best_of is {{top: N >= 1, runs: [...], also: {{...}}}}, got {bo!r}")
     if not isinstance(bo.get("also", {}), dict):
         raise ValueError(f"spec: best_of's also is {{PARAM: value}}, got {bo['also']!r}")
+    layouts = bo.get("layouts")
+    if layouts is not None and (not isinstance(layouts, list) or set(layouts) - set(HELD_LAYOUTS)):
+        raise ValueError(f"spec: best_of's layouts lists weight layouts ({', '.join(HELD_LAYOUTS)}), got {layouts!r}")
     runs: list[str] = []
     for r in bo.get("runs", ["sources"]):
         found = source_runs(op) if r == "sources" else sorted(glob.glob(r))
         if not found:
             raise ValueError(f"spec: best_of run {r!r} matches no run folder")
         runs += [f for f in found if f not in runs]
-    return leaders(runs, op, bo["top"])
+    lead = leaders(runs, op, bo["top"], with_opt_in=bool(bo.get("opt_in")))
+    if layouts is not None:
+        lead = {k: [(v, c) for v, c in lst if config_layout(json.dumps(c)) in layouts] for k, lst in lead.items()}
+    return lead
 
 
 def _extras(spec: dict, problem: dict, lead: list, have: set) -> list[tuple[str, dict]]:

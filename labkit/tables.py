@@ -99,17 +99,17 @@ def opt_in(config: str) -> bool:
     return any(c.get(k) for k in OPT_IN)
 
 
-def _points(runs, op: str, layout: str | None = None) -> pd.DataFrame:
+def _points(runs, op: str, layout: str | None = None, with_opt_in: bool = False) -> pd.DataFrame:
     """ok, non-baseline points of op from one run folder or a list of them (a config measured in several
     runs keeps each measurement; the fastest counts), limited to configs this checkout can run (layout: and
     that read that weight layout) of variants at bf16 accuracy (auto never picks a lossy one: results.lossy) and
-    without OPT_IN options."""
+    without OPT_IN options (unless with_opt_in)."""
     if layout is not None and layout not in HELD_LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {layout!r}")
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[runnable(v, c) and not lossy(v) and not opt_in(c) and layout in (None, config_layout(c))
+    df = df[[runnable(v, c) and not lossy(v) and (with_opt_in or not opt_in(c)) and layout in (None, config_layout(c))
              for v, c in zip(df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
@@ -235,12 +235,13 @@ def source_runs(op: str) -> list[str]:
     return [r for r in src.split(" + ") if r]
 
 
-def leaders(runs, op: str, top: int) -> dict[tuple, list[tuple[str, dict]]]:
+def leaders(runs, op: str, top: int, with_opt_in: bool = False) -> dict[tuple, list[tuple[str, dict]]]:
     """{(m,) linear / (m, routing) MoE: [(variant, config)]}: the `top` fastest configs of every measured problem
     there, per weight layout, unioned over the problems (so each can be remeasured on all of them, as a
     shape-agnostic table needs). Why: a sweep that times these leaders side by side on one routing sample
-    (spec key best_of) gives a best time and a table regret free of sample-to-sample noise."""
-    df = _points(runs, op)
+    (spec key best_of) gives a best time and a table regret free of sample-to-sample noise. with_opt_in: the
+    fastest including OPT_IN configs (what the targets judge), not only those auto may take."""
+    df = _points(runs, op, with_opt_in=with_opt_in)
     df["layout"] = df["config"].map(config_layout)
     out: dict[tuple, list[tuple[str, dict]]] = {}
     for key, g in df.groupby(_problem_cols(op) + ["m", "layout"]):

@@ -207,6 +207,20 @@ def test_best_of_adds_earlier_leaders_the_rules_admit(tmp_path):
     got = sorted((c.config["BLOCK_N"], c.config["BLOCK_K"]) for c in also if c.tokens == 1)
     # each leader, then with BLOCK_K=512 (moe_h2g has no ROWS) where the rules admit it: not BLOCK_N=32 on 2 warps
     assert got == [(16, 256), (16, 512), (32, 256)]
+    nib = expand_moe({**spec, "best_of": {**spec["best_of"], "layouts": ["rows+nib", "tiled"]}}, on_gpu=True)
+    assert nib == []  # the stored leaders read row-major weights, without NIB
+    rows = expand_moe({**spec, "best_of": {**spec["best_of"], "layouts": ["rows"]}}, on_gpu=True)
+    assert [c.config for c in rows] == [c.config for c in cases]
+    # an opt-in leader (ATOMIC, which moe_h2g does not take, so here a moe_mma config) counts only with opt_in
+    mma = {**K.VARIANTS["moe_mma"].defaults, "ATOMIC": True, "WGMMA": True, "CHAIN": True, "RING_W": True,
+           "TILED": True, "STAGES": 3}
+    PointStore(run.path).append({**pts[0], "variant": "moe_mma", "config": mma, "us_graph": 0.5})
+    plain = {(c.variant, c.config.get("ATOMIC")) for c in expand_moe(spec, on_gpu=True)}
+    opted = {(c.variant, c.config.get("ATOMIC"))
+             for c in expand_moe({**spec, "best_of": {**spec["best_of"], "opt_in": True}}, on_gpu=True)}
+    assert ("moe_mma", True) not in plain and ("moe_mma", True) in opted
+    with pytest.raises(ValueError, match="layouts lists weight layouts"):
+        expand_moe({**spec, "best_of": {**spec["best_of"], "layouts": ["tiles"]}}, on_gpu=True)
     with pytest.raises(ValueError, match="also is"):
         expand_moe({**spec, "best_of": {"top": 2, "also": [1]}}, on_gpu=True)
     with pytest.raises(ValueError, match="matches no run folder"):
