@@ -146,6 +146,33 @@ def cmd_best(args) -> int:
     return 0
 
 
+def cmd_untried(args) -> int:
+    """Another GPU's leaders at the target points never timed on this GPU, and how to time them."""
+    import pandas as pd
+
+    from .runs import slug
+    from .targets import untried
+
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    out = untried(args.gpu, args.from_gpu, top=args.top, runs=args.runs)
+    if out.empty:
+        print(f"every one of the {args.top} fastest configs on {args.from_gpu} at each target point has run on "
+              f"{args.gpu}")
+        return 0
+    show = out.assign(opt_in=out["opt_in"].map({True: "opt-in", False: ""}),
+                      us_there=out["us_there"].round(1), ratio_there=out["ratio_there"].round(3),
+                      best_here=out["best_here"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}"),
+                      routing=out["routing"].fillna(""))
+    with pd.option_context("display.width", 250, "display.max_colwidth", 160):
+        print(show.to_string(index=False))
+    print(f"{len(out)} configs at {out.groupby(['problem', 'm']).ngroups} points: ratio_there is a config's time "
+          f"over the best on {args.from_gpu} there, best_here the best time on {args.gpu}. To time them beside "
+          f"the leaders there, a sweep spec's best_of: {{top: {args.top}, "
+          f"runs: [\"results/*-{slug(args.from_gpu)}*\"], opt_in: true}} (as labkit/specs/moe_h200_h100_leaders.yaml)")
+    return 0
+
+
 def cmd_targets(args) -> int:
     """The speed targets judged against measured runs: met or missed, by how much, from which run."""
     from pathlib import Path
@@ -704,6 +731,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-opt-in", action="store_true",
                    help="judge only configs variant='auto' may pick (none with labkit.tables.OPT_IN's options)")
     p.set_defaults(func=cmd_targets)
+
+    p = sub.add_parser("untried", help="the fastest configs of another GPU at each target point that never ran "
+                                       "correctly on this one: the first guesses a sweep on this GPU has left out")
+    p.add_argument("--gpu", required=True, help="substring of the GPU name to look for gaps on, e.g. H200")
+    p.add_argument("--from-gpu", required=True, help="substring of the GPU name whose leaders to take, e.g. H100")
+    p.add_argument("--top", type=int, default=3, help="that many fastest configs per point there (default 3)")
+    p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
+    p.set_defaults(func=cmd_untried)
 
     p = sub.add_parser("readfloor", help="time a plain read of each judged memory-bound point's bytes on this GPU "
                                          "(GPU): ./lab targets then shows how far each best time is from it")

@@ -132,6 +132,33 @@ def _repeatable(pts: pd.DataFrame, metric: str, cublas: float) -> tuple[int, flo
     return int(top["n"]), float(top["value"])
 
 
+def _runs(runs: Iterable[str | Path] | None) -> dict[Path, dict]:
+    """{run folder: meta} of the runs given (default every run under results/), env_override runs left out."""
+    paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
+    metas = {p: run_meta(p) for p in paths}
+    return {p: m for p, m in metas.items() if not env_override(m)}
+
+
+def _ok_points(paths: list[Path]) -> pd.DataFrame:
+    """Correct, timed points of these runs whose configs this checkout can still run, with a `problem` column."""
+    df = read_runs(paths)
+    df = df[(df["status"] == "ok") & df["us_graph"].notna()].copy()
+    df = df[[v in BASELINES or runnable(v, c) for v, c in zip(df["variant"], df["config"])]].copy()
+    df["problem"] = _problem(df)
+    return df
+
+
+def _target_points(df: pd.DataFrame, t: Target) -> pd.DataFrame:
+    """The points of df at target t's op, problems, token counts and routing (baselines included)."""
+    sel = df[(df["op"] == t.op) & df["problem"].isin(t.problems) & df["m"].isin(t.tokens)]
+    return sel if t.routing is None else sel[sel["routing"] == t.routing]
+
+
+def _lab(sel: pd.DataFrame) -> pd.DataFrame:
+    """The lab's own points of sel: baselines and variants that quantize activations left out (bf16 accuracy)."""
+    return sel[~sel["variant"].isin(BASELINES) & ~sel["variant"].map(lossy).astype(bool)]
+
+
 def default_gpu(metas: Iterable[dict]) -> str | None:
     """The GPU of the newest run that measured its ceilings (the machine the lab was last judged on)."""
     gpus = sorted((m.get("started") or "", g) for m in metas if (g := _measured_gpu(m)))
@@ -147,9 +174,7 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     substring of the GPU name to judge (default the GPU of the newest run with measured ceilings); opt_in_ok:
     False leaves out configs with an option auto never picks (what variant="auto" can reach). Points never
     measured have met = None."""
-    paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
-    metas = {p: run_meta(p) for p in paths}
-    metas = {p: m for p, m in metas.items() if not env_override(m)}
+    metas = _runs(runs)
     paths = list(metas)
     if gpu is None:
         gpu = default_gpu(metas.values())
@@ -158,18 +183,14 @@ def judge(runs: Iterable[str | Path] | None = None, gpu: str | None = None,
     ceil = {g: c for g, c in _ceilings(metas.values()).items() if gpu.lower() in g.lower()}
     if not ceil:
         raise ValueError(f"no run on a GPU matching {gpu!r} measured its ceilings")
-    df = read_runs(paths)
-    df = df[df["gpu"].isin(ceil) & (df["status"] == "ok") & df["us_graph"].notna()].copy()
-    df = df[[v in BASELINES or runnable(v, c) for v, c in zip(df["variant"], df["config"])]].copy()
-    df["problem"] = _problem(df)
+    df = _ok_points(paths)
+    df = df[df["gpu"].isin(ceil)].copy()
     rate = lambda key: df["gpu"].map(lambda g: ceil[g][key])  # noqa: E731
     df["frac_of_floor"] = _floor_us(df["bytes"], df["flops"], rate("read_gbps"), rate("bf16_tflops")) / df["us_graph"]
     rows = []
     for t in targets:
-        sel = df[(df["op"] == t.op) & df["problem"].isin(t.problems) & df["m"].isin(t.tokens)]
-        if t.routing is not None:
-            sel = sel[sel["routing"] == t.routing]
-        lab = sel[~sel["variant"].isin(BASELINES) & ~sel["variant"].map(lossy).astype(bool)]  # judged at bf16 accuracy
+        sel = _target_points(df, t)
+        lab = _lab(sel)
         if not opt_in_ok:
             lab = lab[~lab["config"].map(opt_in).astype(bool)]
         for problem in t.problems:
@@ -331,3 +352,44 @@ def targets_chart(judged: pd.DataFrame):
                             "goal (dashed)",
                       height=380 * rows, width=1200)
     return fig
+
+
+def untried(gpu: str, from_gpu: str, top: int = 3, runs: Iterable[str | Path] | None = None,
+            targets: Iterable[Target] = TARGETS) -> pd.DataFrame:
+    """Per target point: the `top` fastest configs measured on a GPU matching from_gpu that never ran correctly
+    on one matching gpu. Why: a GPU's leaders are the first guess on another one, and a point where they were
+    never timed is a gap in the search, not a limit of the kernels (stop 68: an H100 leader never timed on the
+    H200 took its 120b 512-token layer from 602 to 564 us). Columns: the point, the config, its time there and
+    over the best there (ratio_there), and the best time here at the point."""
+    df = _ok_points(list(_runs(runs)))
+    gpus = df["gpu"].fillna("")
+    here, there = df[gpus.str.contains(gpu, case=False, regex=False)], df[gpus.str.contains(from_gpu, case=False,
+                                                                                           regex=False)]
+    for name, pts in ((gpu, here), (from_gpu, there)):
+        if pts.empty:
+            raise ValueError(f"no correct points measured on a GPU matching {name!r}")
+    rows, seen = [], set()
+    for t in targets:
+        a, b = _lab(_target_points(there, t)), _lab(_target_points(here, t))
+        for problem in t.problems:
+            for m in t.tokens:
+                pa = a[(a["problem"] == problem) & (a["m"] == m)]
+                pb = b[(b["problem"] == problem) & (b["m"] == m)]
+                if pa.empty:
+                    continue
+                key = lambda d: [v + json.dumps(full_config(v, c), sort_keys=True)  # noqa: E731
+                                 for v, c in zip(d["variant"], d["config"])]
+                ranked = pa.assign(key=key(pa)).groupby("key").agg(us=("us_graph", "min"), variant=("variant", "first"),
+                                                                   config=("config", "first")).nsmallest(top, "us")
+                tried = set(key(pb))
+                for k, r in ranked.iterrows():
+                    if k in tried or (problem, m, k) in seen:
+                        continue
+                    seen.add((problem, m, k))
+                    rows.append({"problem": problem, "m": m, "routing": t.routing, "variant": r["variant"],
+                                 "config": short_config(r["config"], r["variant"]), "us_there": float(r["us"]),
+                                 "ratio_there": float(r["us"] / ranked["us"].min()),
+                                 "best_here": float(pb["us_graph"].min()) if len(pb) else float("nan"),
+                                 "opt_in": opt_in(r["config"])})
+    cols = ["problem", "m", "routing", "variant", "config", "us_there", "ratio_there", "best_here", "opt_in"]
+    return pd.DataFrame(rows, columns=cols)

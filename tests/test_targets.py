@@ -2,6 +2,7 @@
 
 import math
 
+import pandas as pd
 import pytest
 
 from labkit.results import PointStore
@@ -223,3 +224,30 @@ def test_held_shows_compute_bound_points_against_the_sustained_bf16_rate(tmp_pat
     text = capsys.readouterr().out
     assert "held: a compute-bound point's fraction of the floor at the bf16 rate 600 TFLOP/s" in text
     assert f"{row['held']:.1%}" in text
+
+
+def test_untried_lists_the_other_gpus_leaders_never_run_here(tmp_path, capsys):
+    """The H100's two fastest lm_head configs at one token: the one the H200 also ran is not listed, the other is
+    (with its time there, its ratio to the best there and the H200's best); a config that failed on the H200
+    counts as never run; the third fastest is beyond --top 2."""
+    from labkit.cli import main
+    from labkit.runs import open_run
+    from labkit.targets import untried
+
+    def mma(m, us, rows, **kw):
+        return _lm_head(m, us, variant="gemv_mma", config={"BLOCK_M": 16, "ROWS": rows}, **kw)
+
+    a = _run(tmp_path, "a", [mma(1, 100.0, 4), mma(1, 101.0, 1), mma(1, 120.0, 2), mma(2, 100.0, 1)],
+             read_gbps=3000.0)
+    b = _run(tmp_path, "b", [mma(1, 80.0, 4), mma(2, 70.0, 1, status="failed")], read_gbps=4000.0)
+    open_run(b).update_meta(gpu="NVIDIA H200")
+    out = untried("H200", "H100", top=2, runs=[a, b], targets=[LM_HEAD])
+    assert [(r["m"], r["config"]) for r in out.to_dict("records")] == [(1, "ROWS=1"), (2, "ROWS=1")]
+    first = out.iloc[0]
+    assert first["us_there"] == 101.0 and first["ratio_there"] == pytest.approx(1.01) and first["best_here"] == 80.0
+    assert pd.isna(out.iloc[1]["best_here"])  # nothing correct on the H200 at 2 tokens
+    assert main(["untried", "--gpu", "H200", "--from-gpu", "H100", "--top", "1", "--runs", str(a), str(b)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 configs at 1 points" in printed and 'runs: ["results/*-h100*"]' in printed
+    with pytest.raises(ValueError, match="no correct points measured on a GPU matching 'B200'"):
+        untried("B200", "H100", runs=[a, b])
