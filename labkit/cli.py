@@ -148,10 +148,11 @@ def cmd_best(args) -> int:
 
 def cmd_untried(args) -> int:
     """Another GPU's leaders at the target points never timed on this GPU, and how to time them."""
+    from pathlib import Path
+
     import pandas as pd
 
-    from .runs import slug
-    from .targets import untried
+    from .targets import untried, untried_specs
 
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
@@ -160,16 +161,27 @@ def cmd_untried(args) -> int:
         print(f"every one of the {args.top} fastest configs on {args.from_gpu} at each target point has run on "
               f"{args.gpu}")
         return 0
-    show = out.assign(opt_in=out["opt_in"].map({True: "opt-in", False: ""}),
+    show = out.drop(columns=["op", "n", "k", "full_config"])
+    show = show.assign(opt_in=out["opt_in"].map({True: "opt-in", False: ""}),
                       us_there=out["us_there"].round(1), ratio_there=out["ratio_there"].round(3),
                       best_here=out["best_here"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}"),
                       routing=out["routing"].fillna(""))
     with pd.option_context("display.width", 250, "display.max_colwidth", 160):
         print(show.to_string(index=False))
+    if args.spec:
+        import yaml
+
+        for op, spec in untried_specs(out).items():
+            path = Path(f"{args.spec}_{op}.yaml")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            head = (f"# written by ./lab untried --gpu {args.gpu} --from-gpu {args.from_gpu} --top {args.top}: the "
+                    f"configs fastest on {args.from_gpu} never timed correctly on {args.gpu},\n# each at its own "
+                    f"token count, beside auto's pick\n")
+            path.write_text(head + yaml.safe_dump(spec, sort_keys=False, width=116, default_flow_style=None))
+            print(f"wrote {path}: ./lab sweep {path}")
     print(f"{len(out)} configs at {out.groupby(['problem', 'm']).ngroups} points: ratio_there is a config's time "
-          f"over the best on {args.from_gpu} there, best_here the best time on {args.gpu}. To time them beside "
-          f"the leaders there, a sweep spec's best_of: {{top: {args.top}, "
-          f"runs: [\"results/*-{slug(args.from_gpu)}*\"], opt_in: true}} (as labkit/specs/moe_h200_h100_leaders.yaml)")
+          f"over the best on {args.from_gpu} there, best_here the best time on {args.gpu}"
+          + ("" if args.spec else "; --spec PREFIX writes sweep specs that time them"))
     return 0
 
 
@@ -738,6 +750,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gpu", required=True, help="substring of the GPU name whose leaders to take, e.g. H100")
     p.add_argument("--top", type=int, default=3, help="that many fastest configs per point there (default 3)")
     p.add_argument("--runs", nargs="+", metavar="RUN", help="run folders or ids (default: every run under results/)")
+    p.add_argument("--spec", metavar="PREFIX", help="also write sweep specs that time them, each at its token count "
+                   "beside auto's pick: PREFIX_moe.yaml and/or PREFIX_linear.yaml (run with ./lab sweep PATH)")
     p.set_defaults(func=cmd_untried)
 
     p = sub.add_parser("readfloor", help="time a plain read of each judged memory-bound point's bytes on this GPU "

@@ -24,16 +24,15 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def slug(text: str) -> str:
-    """text as a run id's part: runs of other characters become one '-', lower case (a GPU name, a run name)."""
+def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
 
 
 def make_run_id(name: str, gpu: str | None) -> str:
     """<UTC time>-<gpu or 'cpu'>-<name>, e.g. 20261122T0553-h100-80gb-hbm3-gemv. CPU runs are git-ignored."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    dev = slug(gpu.replace("NVIDIA", "")) if gpu else "cpu"
-    return f"{stamp}-{dev}-{slug(name)}"
+    dev = _slug(gpu.replace("NVIDIA", "")) if gpu else "cpu"
+    return f"{stamp}-{dev}-{_slug(name)}"
 
 
 def write_atomic(path: Path, write) -> None:

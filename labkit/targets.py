@@ -379,17 +379,49 @@ def untried(gpu: str, from_gpu: str, top: int = 3, runs: Iterable[str | Path] | 
                     continue
                 key = lambda d: [v + json.dumps(full_config(v, c), sort_keys=True)  # noqa: E731
                                  for v, c in zip(d["variant"], d["config"])]
-                ranked = pa.assign(key=key(pa)).groupby("key").agg(us=("us_graph", "min"), variant=("variant", "first"),
-                                                                   config=("config", "first")).nsmallest(top, "us")
+                ranked = pa.assign(key=key(pa)).groupby("key").agg(
+                    us=("us_graph", "min"), variant=("variant", "first"), config=("config", "first"),
+                    n=("n", "first"), k=("k", "first")).nsmallest(top, "us")
                 tried = set(key(pb))
                 for k, r in ranked.iterrows():
                     if k in tried or (problem, m, k) in seen:
                         continue
                     seen.add((problem, m, k))
-                    rows.append({"problem": problem, "m": m, "routing": t.routing, "variant": r["variant"],
+                    rows.append({"op": t.op, "problem": problem, "m": m, "n": int(r["n"]), "k": int(r["k"]),
+                                 "routing": t.routing, "variant": r["variant"],
                                  "config": short_config(r["config"], r["variant"]), "us_there": float(r["us"]),
                                  "ratio_there": float(r["us"] / ranked["us"].min()),
                                  "best_here": float(pb["us_graph"].min()) if len(pb) else float("nan"),
-                                 "opt_in": opt_in(r["config"])})
-    cols = ["problem", "m", "routing", "variant", "config", "us_there", "ratio_there", "best_here", "opt_in"]
+                                 "opt_in": opt_in(r["config"]),
+                                 "full_config": full_config(r["variant"], r["config"])})
+    cols = ["op", "problem", "m", "n", "k", "routing", "variant", "config", "us_there", "ratio_there", "best_here",
+            "opt_in", "full_config"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def untried_specs(found: pd.DataFrame) -> dict[str, dict]:
+    """Sweep specs ({"linear": spec, "moe": spec}, only the ops present) that time untried()'s configs, each at
+    its own token count (a one-point grid with m_range, what it sets away from its variant's defaults), beside
+    auto's tiled+nib pick there. Without a GPU they run auto's picks at small sizes."""
+    from kernels import VARIANTS
+
+    specs: dict[str, dict] = {}
+    for op, rows in found.groupby("op"):
+        grids: dict[str, list] = {}
+        for r in rows.to_dict("records"):
+            defaults = VARIANTS[r["variant"]].defaults
+            grid = {k: [v] for k, v in sorted(r["full_config"].items()) if k not in defaults or defaults[k] != v}
+            grid["m_range"] = [int(r["m"]), int(r["m"])]
+            if grid not in grids.setdefault(r["variant"], []):
+                grids[r["variant"]].append(grid)
+        tokens = sorted({int(m) for m in rows["m"]})
+        if op == "linear":
+            shapes = {p: [int(g["n"].iloc[0]), int(g["k"].iloc[0])] for p, g in rows.groupby("problem")}
+            spec = {"op": "linear", "shapes": shapes, "cpu_shapes": {p: [200, 192] for p in shapes}, "m": tokens,
+                    "cpu_m": [3]}
+        else:
+            spec = {"op": "moe", "models": sorted(rows["problem"].unique()), "cpu_models": ["tiny"],
+                    "tokens": tokens, "cpu_tokens": [3], "routings": ["uniform"], "cpu_routings": ["uniform"]}
+        specs["moe" if op == "moe_layer" else op] = {**spec, "cpu_configs": 1, "auto_picks": ["tiled+nib"],
+                                                      "variants": grids}
+    return specs

@@ -232,6 +232,7 @@ def test_untried_lists_the_other_gpus_leaders_never_run_here(tmp_path, capsys):
     counts as never run; the third fastest is beyond --top 2."""
     from labkit.cli import main
     from labkit.runs import open_run
+    from labkit.sweep import expand_linear, load_spec
     from labkit.targets import untried
 
     def mma(m, us, rows, **kw):
@@ -246,8 +247,14 @@ def test_untried_lists_the_other_gpus_leaders_never_run_here(tmp_path, capsys):
     first = out.iloc[0]
     assert first["us_there"] == 101.0 and first["ratio_there"] == pytest.approx(1.01) and first["best_here"] == 80.0
     assert pd.isna(out.iloc[1]["best_here"])  # nothing correct on the H200 at 2 tokens
-    assert main(["untried", "--gpu", "H200", "--from-gpu", "H100", "--top", "1", "--runs", str(a), str(b)]) == 0
+    assert main(["untried", "--gpu", "H200", "--from-gpu", "H100", "--top", "1", "--runs", str(a), str(b),
+                 "--spec", str(tmp_path / "specs" / "gap")]) == 0
     printed = capsys.readouterr().out
-    assert "1 configs at 1 points" in printed and 'runs: ["results/*-h100*"]' in printed
+    assert "1 configs at 1 points" in printed and "gap_linear.yaml" in printed
+    # the written spec times that config at its token count only, beside auto's pick; on the CPU auto's alone
+    spec = load_spec(str(tmp_path / "specs" / "gap_linear.yaml"))
+    cases = expand_linear(spec, on_gpu=True)
+    assert {(c.m, c.config["ROWS"]) for c in cases if c.variant == "gemv_mma" and c.config["ROWS"] == 1} == {(2, 1)}
+    assert expand_linear(spec, on_gpu=False)
     with pytest.raises(ValueError, match="no correct points measured on a GPU matching 'B200'"):
         untried("B200", "H100", runs=[a, b])
