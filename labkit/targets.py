@@ -362,12 +362,17 @@ def untried(gpu: str, from_gpu: str, top: int = 3, runs: Iterable[str | Path] | 
     H200 took its 120b 512-token layer from 602 to 564 us). Columns: the point, the config, its time there and
     over the best there (ratio_there), and the best time here at the point."""
     df = _ok_points(list(_runs(runs)))
-    gpus = df["gpu"].fillna("")
-    here, there = df[gpus.str.contains(gpu, case=False, regex=False)], df[gpus.str.contains(from_gpu, case=False,
-                                                                                           regex=False)]
-    for name, pts in ((gpu, here), (from_gpu, there)):
+
+    def on(name: str) -> pd.DataFrame:
+        pts = df[df["gpu"].fillna("").str.contains(name, case=False, regex=False)]
         if pts.empty:
             raise ValueError(f"no correct points measured on a GPU matching {name!r}")
+        return pts
+
+    def key(d: pd.DataFrame) -> list[str]:  # a config's identity: its variant and its completed config
+        return [v + json.dumps(full_config(v, c), sort_keys=True) for v, c in zip(d["variant"], d["config"])]
+
+    here, there = on(gpu), on(from_gpu)
     rows, seen = [], set()
     for t in targets:
         a, b = _lab(_target_points(there, t)), _lab(_target_points(here, t))
@@ -377,8 +382,6 @@ def untried(gpu: str, from_gpu: str, top: int = 3, runs: Iterable[str | Path] | 
                 pb = b[(b["problem"] == problem) & (b["m"] == m)]
                 if pa.empty:
                     continue
-                key = lambda d: [v + json.dumps(full_config(v, c), sort_keys=True)  # noqa: E731
-                                 for v, c in zip(d["variant"], d["config"])]
                 ranked = pa.assign(key=key(pa)).groupby("key").agg(
                     us=("us_graph", "min"), variant=("variant", "first"), config=("config", "first"),
                     n=("n", "first"), k=("k", "first")).nsmallest(top, "us")
