@@ -439,6 +439,7 @@ def cmd_once(args) -> int:
     cfg = _parse_config(args.config)
     if args.variant == "auto":  # the config variant="auto" picks here, named so ncu's report can be read against it
         from .bench_moe import MODELS
+        from .results import off_defaults
         from .sweep import auto_picks
 
         if args.model:
@@ -448,8 +449,7 @@ def cmd_once(args) -> int:
             problem = {"op": "linear", "m": args.m, "n": args.n, "k": args.k}
         [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]},
                                               {**problem, "scale_min": 118, "scale_max": 124})
-        defaults = kernels.VARIANTS[args.variant].defaults  # printed as --config takes it, defaults left out
-        shown = ",".join(f"{k}={v}" for k, v in picked.items() if k not in defaults or v != defaults[k])
+        shown = ",".join(f"{k}={v}" for k, v in off_defaults(picked, args.variant).items())  # as --config takes it
         print(f"auto picks {args.variant} for a {args.layout} weight: {shown or 'defaults'}")
         cfg = {**picked, **cfg}
     if args.variant not in kernels.VARIANTS:

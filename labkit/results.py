@@ -251,19 +251,23 @@ def query(sql: str, runs: Iterable[str | Path] | None = None) -> pd.DataFrame:
         con.close()
 
 
+def off_defaults(config: Mapping, variant: str) -> dict:
+    """What a config sets away from its variant's registered defaults (all of it for a variant not registered,
+    such as a baseline): a tensor-core config is ~25 options, most at their defaults."""
+    from kernels import VARIANTS
+
+    defaults = VARIANTS[variant].defaults if variant in VARIANTS else {}
+    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != v}
+
+
 def short_config(config: str | Mapping | None, variant: str | None = None) -> str:
     """A config as 'N=64 K=128 warps=4' (BLOCK_ dropped) for tables and chart labels. Given its variant, only what
-    differs from that variant's registered defaults ('defaults' if nothing does): a tensor-core config is ~25
-    options, most at their defaults."""
+    differs from that variant's defaults (off_defaults; 'defaults' if nothing does)."""
     cfg = json.loads(config) if isinstance(config, str) else dict(config or {})
-    if variant is not None:
-        from kernels import VARIANTS
-
-        if variant in VARIANTS and cfg:
-            defaults = VARIANTS[variant].defaults
-            cfg = {k: v for k, v in cfg.items() if k not in defaults or defaults[k] != v}
-            if not cfg:
-                return "defaults"
+    if variant is not None and cfg:
+        cfg = off_defaults(cfg, variant)
+        if not cfg:
+            return "defaults"
     names = {"num_warps": "warps", "num_stages": "stages"}
     return " ".join(f"{names.get(k, k.removeprefix('BLOCK_'))}={v}" for k, v in sorted(cfg.items())) or "-"
 

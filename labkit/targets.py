@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from .readfloor import newest
-from .results import BASELINES, find_runs, lossy, read_runs, resolve_run, run_meta, short_config
+from .results import BASELINES, find_runs, lossy, off_defaults, read_runs, resolve_run, run_meta, short_config
 from .tables import full_config, opt_in, runnable
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
@@ -406,14 +406,11 @@ def untried_specs(found: pd.DataFrame) -> dict[str, dict]:
     """Sweep specs ({"linear": spec, "moe": spec}, only the ops present) that time untried()'s configs, each at
     its own token count (a one-point grid with m_range, what it sets away from its variant's defaults), beside
     auto's tiled+nib pick there. Without a GPU they run auto's picks at small sizes."""
-    from kernels import VARIANTS
-
     specs: dict[str, dict] = {}
     for op, rows in found.groupby("op"):
         grids: dict[str, list] = {}
         for r in rows.to_dict("records"):
-            defaults = VARIANTS[r["variant"]].defaults
-            grid = {k: [v] for k, v in sorted(r["full_config"].items()) if k not in defaults or defaults[k] != v}
+            grid = {k: [v] for k, v in sorted(off_defaults(r["full_config"], r["variant"]).items())}
             grid["m_range"] = [int(r["m"]), int(r["m"])]
             if grid not in grids.setdefault(r["variant"], []):
                 grids[r["variant"]].append(grid)
