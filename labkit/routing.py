@@ -9,6 +9,8 @@ k choices, as GPT-OSS's router produces). Names are strings a sweep spec can car
   all_to_one         every slot of every token on expert 0 (the same expert k times per token)
   duplicates(p)      uniform, but each slot after the first repeats the token's previous expert with probability p
   from_logits        router logits = random hidden states x random router weights, then top-k (kernels.route)
+  balanced           every expert takes T * k / E assignments (one more for the first T * k % E): uniform's
+                     load with none of its chance imbalance, the best case a tile table can be fitted to
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("uniform", "zipf", "hot", "all_to_one", "duplicates", "from_logits")
+KINDS = ("uniform", "zipf", "hot", "all_to_one", "duplicates", "from_logits", "balanced")
 
 
 @dataclass
@@ -79,6 +81,9 @@ def generate(name: str, tokens: int, experts: int, top_k: int, *, seed: int = 0,
         ids = _distinct(probs.clamp_min(1e-9), T, k, g)
     elif kind == "all_to_one":
         ids = torch.zeros(T, k, dtype=torch.int32)
+    elif kind == "balanced":  # slot j of the T * k takes expert j mod E: k consecutive ones per token are distinct
+        order = torch.randperm(E, generator=g)  # which experts get the extra assignment is random
+        ids = order[torch.arange(T * k).remainder(E)].reshape(T, k)[torch.randperm(T, generator=g)].to(torch.int32)
     elif kind == "duplicates":
         p = args[0] if args else 0.25
         ids = _distinct(torch.ones(E), T, k, g)

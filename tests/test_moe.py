@@ -313,6 +313,11 @@ def test_generators_report_load_balance():
     assert h["max_per_expert"] >= 0.35 * 800  # expert 0 takes a large share (distinct picks cap it at 1 per token)
     d = rgen.generate("duplicates(1.0)", 10, 8, 3).ids
     assert torch.all(d == d[:, :1])
+    b = rgen.generate("balanced", 13, 8, 3, seed=4)
+    counts = torch.bincount(b.ids.reshape(-1).long(), minlength=8)
+    assert counts.max() - counts.min() == 1 and counts.sum() == 39  # 39 = 4 * 8 + 7: seven experts take 5
+    assert all(len(set(row)) == 3 for row in b.ids.tolist())
+    assert rgen.generate("balanced", 64, 32, 4, seed=1).stats()["imbalance"] == 1.0
     with pytest.raises(ValueError, match="routing must be one of"):
         rgen.generate("bimodal", 4, 8, 2)
 
