@@ -195,45 +195,6 @@ if gluon is not None:
         """Layout of a vector of weight rows that indexes the word layout LW's first dimension."""
         return gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, LW)))
 
-    @gluon.constexpr_function
-    def piece_layout(MMA, width):
-        """The wgmma accumulator layout MMA at `width` x rows (wgmma N) instead of its own."""
-        return gl.NVMMADistributedLayout(version=MMA.version, warps_per_cta=MMA.warps_per_cta,
-                                         instr_shape=[MMA.instr_shape[0], width, MMA.instr_shape[2]])
-
-    @gluon.jit
-    def _g_wg_mma(w, A_L: gl.constexpr, xs, acc, live=None):
-        """One K step's wgmma, acc += decoded weights w @ x slot xs ([BLOCK_M, K step] read transposed as B), and
-        its wait. live (PIECES): acc is three accumulators over xs's rows [0, BM/2), [BM/2, 3BM/4), [3BM/4, BM),
-        and the second and third are multiplied only when the tile has tokens past BM/2 and 3BM/4: a tile of
-        BM/2 + 1 to 3BM/4 tokens costs the tensor cores 3/4 of a full one."""
-        a = gl.convert_layout(w, A_L, assert_trivial=True)
-        if live is None:
-            acc = warpgroup_mma(a, xs.permute((1, 0)), acc, is_async=True)
-            return warpgroup_mma_wait(0, deps=[acc])
-        else:  # each branch issues its pieces back to back, then waits (an async result cannot leave a branch)
-            a0, a1, a2 = acc
-            BM: gl.constexpr = xs.shape[0]
-            Q: gl.constexpr = BM // 4
-            p0 = gl.convert_layout(a, gl.DotOperandLayout(0, a0.type.layout, 2), assert_trivial=True)
-            p1 = gl.convert_layout(a, gl.DotOperandLayout(0, a1.type.layout, 2), assert_trivial=True)
-            x0 = xs.slice(0, 2 * Q).permute((1, 0))
-            x1 = xs.slice(2 * Q, Q).permute((1, 0))
-            x2 = xs.slice(3 * Q, Q).permute((1, 0))
-            if live > 3 * Q:
-                a0 = warpgroup_mma(p0, x0, a0, is_async=True)
-                a1 = warpgroup_mma(p1, x1, a1, is_async=True)
-                a2 = warpgroup_mma(p1, x2, a2, is_async=True)
-                a0, a1, a2 = warpgroup_mma_wait(0, deps=[a0, a1, a2])
-            elif live > 2 * Q:
-                a0 = warpgroup_mma(p0, x0, a0, is_async=True)
-                a1 = warpgroup_mma(p1, x1, a1, is_async=True)
-                a0, a1 = warpgroup_mma_wait(0, deps=[a0, a1])
-            else:
-                a0 = warpgroup_mma(p0, x0, a0, is_async=True)
-                a0 = warpgroup_mma_wait(0, deps=[a0])
-            return a0, a1, a2
-
     @gluon.jit
     def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
                         SM: gl.constexpr = False, GT=0):
@@ -327,7 +288,7 @@ if gluon is not None:
     @gluon.jit
     def _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, KW, KB, SMAX,
                    CHUNKS: gl.constexpr, TILED: gl.constexpr, STAGES: gl.constexpr, A_L: gl.constexpr,
-                   NIB: gl.constexpr, xok=None, live=None):
+                   NIB: gl.constexpr, xok=None):
         """The K loop on wgmma: acc [rows, BM] += decoded weights (rows' words at wofs, scales at sofs) @ x.
 
         Weights: the next step's words are loaded into registers while this step is decoded straight into
@@ -363,11 +324,13 @@ if gluon is not None:
             v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1) * STEP + group < KW * more, other=0)
             s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1) * (STEP // 4) + block < KB * more, other=0)
             w = _g_decode_step(v, s, SMAX, NIB)
+            a = gl.convert_layout(w, A_L, assert_trivial=True)
             async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
             _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES, xok)
-            acc = _g_wg_mma(w, A_L, xsm.index(c % STAGES), acc, live)
+            acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         return acc
 
@@ -413,7 +376,7 @@ if gluon is not None:
     def _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KW, KB, SMAX,
                         CHUNKS: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr,
                         NIB: gl.constexpr, xok=None, SM: gl.constexpr = False, GT=0, EARLY: gl.constexpr = False,
-                        TAIL: gl.constexpr = False, tail=None, LWH: gl.constexpr = None, live=None):
+                        TAIL: gl.constexpr = False, tail=None, LWH: gl.constexpr = None):
         """_g_wg_loop with the weights in the ring too (RING_W, tile_mxfp4's layout): every load of a step is
         a cp.async copy issued STAGES - 1 steps ahead, so no register waits on a load in flight (with
         register prefetch the loaded words are copied into the next step's registers within the step, which
@@ -465,7 +428,9 @@ if gluon is not None:
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
                 gl.SliceLayout(3, LW))
             w = _g_decode_step(v, s, SMAX, NIB)
-            acc = _g_wg_mma(w, A_L, xsm.index(slot), acc, live)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         async_copy.wait_group(0)
         if TAIL:
             if tail_live:
@@ -612,14 +577,11 @@ if gluon is not None:
     @gluon.jit
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, live=None):
+                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
         next is read, so a chunk's A registers serve them all."""
-        if SEQ:  # wsm [STAGES, CHUNKS, groups, 256], else [STAGES, groups, CHUNKS, 256]
-            BLOCK_N: gl.constexpr = wsm.shape[2] * 16
-        else:
-            BLOCK_N: gl.constexpr = wsm.shape[1] * 16
+        BLOCK_N: gl.constexpr = acc.shape[0]
         CHUNKS: gl.constexpr = STEP // 16
         slot = c % STAGES
         if SEQ:
@@ -636,7 +598,9 @@ if gluon is not None:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
                                  steps, STEP, STAGES, XT, g1, xok, SEQ)
                 w = _g_decode_step(v, s, SMAX, NIB)
-                acc = _g_wg_mma(w, A_L, xsm.index(slot * CHUNKS + q), acc, live)
+                acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                    xsm.index(slot * CHUNKS + q).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
         else:
             if not XT:
                 async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
@@ -652,7 +616,9 @@ if gluon is not None:
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
                          STAGES, XT, g1, xok)
             w = _g_decode_step(v, s, SMAX, NIB)
-            acc = _g_wg_mma(w, A_L, xsm.index(slot), acc, live)
+            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
+                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
         return acc
 
     @gluon.jit
@@ -660,7 +626,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False, live=None):
+                       SEQ: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -684,10 +650,7 @@ if gluon is not None:
         (_g_tma_step), so the ring's work per step (copies issued, the wait, the CTA barriers) is paid once per
         CHUNKS chunks while the A registers stay one chunk's; xsm holds STAGES * CHUNKS one-chunk x slots."""
         STEP: gl.constexpr = CHUNKS * 16
-        if live is None:
-            BLOCK_N: gl.constexpr = acc.shape[0]
-        else:  # PIECES' three accumulators
-            BLOCK_N: gl.constexpr = acc[0].shape[0]
+        BLOCK_N: gl.constexpr = acc.shape[0]
         steps = gl.cdiv(KW, STEP)
         if tdesc is not None:
             steps = KW // STEP
@@ -718,12 +681,12 @@ if gluon is not None:
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, live)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, live)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
             tail = steps % STAGES
             gl.thread_barrier()  # every warp is done with the slot's last step
             xt = tail * CHUNKS if SEQ else tail
@@ -731,7 +694,7 @@ if gluon is not None:
                           g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, live)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
             acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail),
                                (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
         if not XT:
@@ -766,7 +729,7 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False, live=None):
+                      SEQ: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -775,25 +738,18 @@ if gluon is not None:
         row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
         weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
-        the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts). live
-        (PIECES, not with TAIL): the tile's token count; the result is then _g_wg_mma's three accumulators, of
-        BLOCK_M / 2, / 4 and / 4 x rows."""
+        the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts)."""
         if KL is None:
             KL = K
         if SEQ:
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES * CHUNKS, BLOCK_M, 128], SX)
         else:
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
-        if live is None:
-            acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
-        else:
-            acc = (gl.zeros([BLOCK_N, BLOCK_M // 2], gl.float32, piece_layout(MMA, BLOCK_M // 2)),
-                   gl.zeros([BLOCK_N, BLOCK_M // 4], gl.float32, piece_layout(MMA, BLOCK_M // 4)),
-                   gl.zeros([BLOCK_N, BLOCK_M // 4], gl.float32, piece_layout(MMA, BLOCK_M // 4)))
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         if TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ, live)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:
@@ -806,10 +762,10 @@ if gluon is not None:
                     tail = _g_ring_tail_buffers(rows, tw_e, ts_e, xtofs, BLOCK_M)
                 acc = _g_wg_ring_loop(acc, w_ptr, wofs, group, s_ptr, scofs, x_ptr, xofs, xsm, wsm, ssm, KL // 8,
                                       KL // 32, SMAX, CHUNKS, STAGES, LW, A_L, NIB, xok, SM, GT, EARLY, TAIL, tail,
-                                      LWT, live)
+                                      LWT)
             else:
                 acc = _g_wg_loop(acc, w_ptr, s_ptr, wofs, sofs, group, block, x_ptr, xofs, xsm, K // 8, K // 32,
-                                 SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok, live)
+                                 SMAX, CHUNKS, TILED, STAGES, A_L, NIB, xok)
         return acc
 
     @gluon.jit

@@ -480,29 +480,6 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
     @gluon.jit
-    def _g_piece_epilogue(acc, r0, end, je, J0, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
-                          alpha, limit, act_scale, SMAX, PHASE: gl.constexpr, EPI: gl.constexpr,
-                          ATOMIC: gl.constexpr, TAIL_OUT: gl.constexpr):
-        """PIECES: _g_wg_tile's epilogue of one piece's accumulator [BLOCK_N, W], sorted positions r0 .. r0 + W - 1
-        (its token loads here, after the K loop)."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
-        W: gl.constexpr = acc.shape[1]
-        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
-        LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI
-        if PHASE == 1:  # as _g_wg_tile's: the gate/linear pair in one thread
-            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, W]), (1, 2, 0)), EPI)
-            acc_a, acc_b = gl.split(pair)
-            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-        else:
-            acc_a = gl.convert_layout(acc, EPI)
-            acc_b = acc_a
-        rme = r0 + gl.arange(0, W, layout=gl.SliceLayout(0, LP))
-        tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-        _g_epilogue(acc_a, acc_b, je, J0, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale,
-                    SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
-
-    @gluon.jit
     def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
                    limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT, chain_ptr, TILES, NEED, wdesc, sdesc,
                    GE, trace_ptr,
@@ -513,7 +490,7 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, PIECES: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
@@ -523,9 +500,7 @@ if gluon is not None:
         K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY). TAIL: the K tail's
         half chunk as a half step (tails: tail_half's words and scale bytes of the expert stack, and their strides
         per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
-        mlp2 that runs TAIL (_epilogue). PIECES: the wgmmas in three pieces of the tile's x rows, the second and
-        third only where it has tokens (kernels.linear_mma._g_wg_mma), each piece's epilogue likewise; EPI_EARLY
-        then issues the bias loads only (the token loads come per piece)."""
+        mlp2 that runs TAIL (_epilogue)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -535,7 +510,7 @@ if gluon is not None:
             pn = pn // SPLITK
         if EPI_EARLY:  # loads that need neither mlp1 nor the K loop, ahead of both
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-            if not WAIT_LATE and not PIECES:  # mlp1's token scales come from x_to_f16
+            if not WAIT_LATE:  # mlp1's token scales come from x_to_f16
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
             if EPI_EARLY == 2:
                 je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
@@ -554,7 +529,7 @@ if gluon is not None:
                 + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :])
         if WAIT_LATE == 1:
             _g_pdl_enter()
-            if EPI_EARLY and not PIECES:
+            if EPI_EARLY:
                 tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         xok = None
         if XSKIP:  # the copies' rows that hold a token (the others zero-filled, not read)
@@ -588,49 +563,31 @@ if gluon is not None:
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
-                            xtofs=xtofs, live=end - m0 if PIECES else None)
-        if PIECES:
-            if EPI_EARLY != 2:
-                je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-                bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-            if SPLITK > 1:  # one slice adds the bias
-                bias_a = gl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
-                bias_b = bias_a
-            a0, a1, a2 = acc
-            Q: gl.constexpr = BLOCK_M // 4
-            _g_piece_epilogue(a0, m0, end, je, pn * COLS, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr, out_ptr, N,
-                              OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, EPI, ATOMIC, TAIL_OUT)
-            if end - m0 > 2 * Q:
-                _g_piece_epilogue(a1, m0 + 2 * Q, end, je, pn * COLS, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr,
-                                  out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, EPI, ATOMIC, TAIL_OUT)
-            if end - m0 > 3 * Q:
-                _g_piece_epilogue(a2, m0 + 3 * Q, end, je, pn * COLS, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr,
-                                  out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, EPI, ATOMIC, TAIL_OUT)
-        else:
-            if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
-                pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
-                acc_a, acc_b = gl.split(pair)
-                acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-                acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-            else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
-                acc_a = gl.convert_layout(acc, EPI)
-                acc_b = acc_a
-            if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
-                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            if EPI_EARLY != 2:
-                je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
-                bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
-            if not EPI_EARLY and PHASE == 2:
-                rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
-                tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-            if SPLITK > 1:  # one slice adds the bias
-                bias_a = gl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
-                bias_b = bias_a
-            _g_epilogue(acc_a, acc_b, je, pn * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
-                        alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
+                            xtofs=xtofs)
+        if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
+            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
+            acc_a, acc_b = gl.split(pair)
+            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
+            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
+        else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
+            acc_a = gl.convert_layout(acc, EPI)
+            acc_b = acc_a
+        if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
+            rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        if EPI_EARLY != 2:
+            je = pn * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(1, LP))
+            bias_a, bias_b = _g_epi_bias(je, e, b_ptr, N, PHASE)
+        if not EPI_EARLY and PHASE == 2:
+            rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
+            tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        if SPLITK > 1:  # one slice adds the bias
+            bias_a = gl.where(ks == 0, bias_a, 0.0).to(bias_a.dtype)
+            bias_b = bias_a
+        _g_epilogue(acc_a, acc_b, je, pn * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
+                    alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
@@ -650,8 +607,7 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0,
-                       PIECES: gl.constexpr = False):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -675,8 +631,7 @@ if gluon is not None:
         TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more).
         TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
         SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
-        combine sums the slices in order). PIECES: the full-width build's wgmmas and epilogue in pieces of its
-        x rows, those past the tile's last token left out (_g_wg_tile)."""
+        combine sums the slices in order)."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -695,7 +650,7 @@ if gluon is not None:
                            TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
                            LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE,
-                           tails, TAIL, TAIL_OUT, PIECES)
+                           tails, TAIL, TAIL_OUT)
                 if TICKET:
                     w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
                 else:
@@ -712,7 +667,7 @@ if gluon is not None:
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
                               gl.program_id(1), gl.program_id(0), gl.num_programs(0), WAIT_LATE=WAIT_LATE,
-                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, PIECES=PIECES)
+                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -728,7 +683,7 @@ if gluon is not None:
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, PIECES: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
@@ -747,14 +702,14 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, PIECES=PIECES)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, PIECES=PIECES)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
         return live
 
 
@@ -845,8 +800,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
-                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails,
-                             PIECES=bool(cfg.get("PIECES")))
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -864,7 +818,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False, PIECES=False):
+                MAXNREG2=None, TAIL=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -928,13 +882,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     median of 13 rounds 0.8 us faster on 20b at 16 tokens and 0.4 at 32 (133.0-134.1 and 146.6-148.0 us), 2-6 us
     on 120b at 32-64 with 8-token tiles; 120b 128 with 32-token tiles 8 us; on 20b with TICKET1 or MAXNREG2=72
     slower, and 10-20 us slower on 20b at 128-256 with 16-token tiles. It recovers a third of the padded step's
-    cost at most: the half step keeps its wait and wgmma latency. PIECES (WGMMA, BLOCK_M >= 32, not TAIL;
-    compiled builds only, the interpreter runs the same arithmetic): the full-width build multiplies its x rows in
-    three pieces, [0, BLOCK_M / 2), then BLOCK_M / 4 and BLOCK_M / 4 more, each with its own accumulator, and
-    leaves out the pieces past the tile's last token (and their epilogue): with HALF, a tile of BLOCK_M / 2 + 1 to
-    3 BLOCK_M / 4 tokens costs the tensor cores 3/4 of a full tile. Uniform routing's chance imbalance puts many
-    experts just past a tile size (balanced routing, every expert T * k / E tokens, ran 6-24% faster at 512-2048
-    tokens on the H200: results/20261129T095509-h200-moe-balanced).
+    cost at most: the half step keeps its wait and wgmma latency.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -953,7 +901,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, PIECES=PIECES)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
@@ -1091,20 +1039,6 @@ def _rule_half(cfg, problem):
     return None
 
 
-def _rule_pieces(cfg, problem):
-    """PIECES splits the full-width build's wgmma into x-row pieces of BLOCK_M / 2, / 4 and / 4 (wgmma N >= 8);
-    TAIL's half step multiplies one accumulator."""
-    if not cfg.get("PIECES"):
-        return None
-    if not cfg.get("WGMMA"):
-        return "PIECES applies only with WGMMA"
-    if cfg["BLOCK_M"] < 32:
-        return f"PIECES needs BLOCK_M >= 32 (its smallest piece is wgmma N = BLOCK_M / 4 >= 8), got {cfg['BLOCK_M']}"
-    if cfg.get("TAIL"):
-        return "PIECES and TAIL: TAIL's half step multiplies one accumulator"
-    return None
-
-
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
@@ -1115,18 +1049,17 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True), "PIECES": (False, True)},
+           "TAIL": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "PIECES": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, _rule_tail, _rule_pieces, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
-                "per word, not 15); HALF: part-filled token tiles on a half-width build; PIECES: the full-width "
-                "build's wgmma in x-row pieces, those past the tile's tokens skipped",
+                "per word, not 15); HALF: part-filled token tiles on a half-width build",
 ))

@@ -732,35 +732,6 @@ def test_moe_mma_half_width_tiles_are_bit_identical(tokens, device):
     assert "BLOCK_M >= 16" in v.reason({**v.defaults, **cfg, "BLOCK_M": 8, "STAGES": 4, "HALF": True}, problem)
 
 
-def test_moe_mma_pieces_are_bit_identical(device):
-    """PIECES multiplies a full-width tile's x rows in pieces of BLOCK_M / 2, / 4 and / 4, leaving out those past
-    its last token: each token's column still sums the same K steps in the same order, so the bits do not
-    change (cp.async and TMA rings, HALF, CHAIN, EPI_EARLY, WAIT_LATE, SPLITK2's stored slices; tiles that end in
-    each piece). The interpreter runs the same arithmetic either way: on the CPU this checks the plumbing and the
-    rules."""
-    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2}
-    dw, x, r, ref = odd_layer(23, 70, 6, device)
-    counts = (r.offsets[1:] - r.offsets[:-1]).cpu()
-    for bm in (32, 64):  # a tile ending in each piece: 1..BM/2, BM/2+1..3BM/4, 3BM/4+1..BM tokens
-        pieces = {1 if n <= bm // 2 else 2 if n <= 3 * bm // 4 else 3 for n in ((counts - 1) % bm + 1).tolist()}
-        assert pieces == {1, 2, 3}, (bm, counts)
-    for extra in ({"BLOCK_M": 32, "STAGES": 4}, {"BLOCK_M": 32, "STAGES": 4, "HALF": True, "CHAIN": True,
-                                                  "EPI_EARLY": 2},
-                  {"BLOCK_M": 32, "STAGES": 4, "TMA": True, "WAIT_LATE": 2, "EPI_EARLY": 1, "CHAIN": True},
-                  {"BLOCK_M": 32, "STAGES": 4, "CHAIN": True, "SPLITK2": 2},
-                  {"BLOCK_M": 64, "STAGES": 3, "TMA": 2, "CHAIN": True, "MAXNREG": 168, "HALF": True,
-                   "EPI_EARLY": 1}):
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, PIECES=True), y), extra
-        assert rel_err(y, ref) < TOL
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert v.reason({**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 4, "PIECES": True}, problem) is None
-    assert "only with WGMMA" in v.reason({**v.defaults, "BLOCK_M": 32, "CHUNKS": 1, "PIECES": True}, problem)
-    assert "BLOCK_M >= 32" in v.reason({**v.defaults, **cfg, "BLOCK_M": 16, "STAGES": 4, "PIECES": True}, problem)
-    assert "TAIL" in v.reason({**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 4, "PIECES": True, "TAIL": True},
-                              problem)
-
-
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
@@ -1115,9 +1086,7 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "HALF": True, "WAIT_LATE": 2},
                                   {"TMA": 2, "CHAIN": True, "WAIT_LATE": 2},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True},
-                                  {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3},
-                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PIECES": True, "BLOCK_M": 32},
-                                  {"CHAIN": True, "PIECES": True, "BLOCK_M": 32}])
+                                  {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
@@ -1125,18 +1094,18 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
     and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; TICKET1: its counter back
     at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order (ATOMIC) or are summed in
-    fp32 (without it), within 1%; PIECES: which pieces run follows each replay's tiles)."""
+    fp32 (without it), within 1%)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
     logits = torch.randn(37, 4, device=dev)
     cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
            "NIB": True, "RING_W": True, "EPI_EARLY": 1}
-    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **{**cfg, **opts})  # compile outside
+    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)  # compile outside
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **{**cfg, **opts})
+        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)
     for rep in range(10):
         logits.copy_(torch.randn(37, 4, generator=g, device=dev))
         x.copy_(torch.randn(37, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
