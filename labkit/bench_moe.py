@@ -152,22 +152,30 @@ class MoEBench:
         H, I = self.H, self.I
         return (2 * I * H + H * I) * (0.5 + 1 / 32) + (2 * I + H) * 2
 
-    def calls(self, case: MoECase, sample) -> tuple[list, float]:
-        """Callables over relabeled routings until a replay touches >= 4x L2; returns (calls, bytes touched)."""
+    def routings(self, sample) -> list[Routing]:
+        """The sample and relabeled copies of it (other experts, same counts) until a pass over them touches
+        >= 4x L2: the routings of calls(), in its order."""
         touched = sample.stats()["distinct_experts"] * self.expert_bytes()
         n = 1 if not ON_GPU else max(1, math.ceil(4 * l2_bytes() / max(touched, 1)))
+        out = []
+        for c in range(n):
+            ids = sample.ids.to(device()) if c == 0 else _relabel(sample.ids.to(device()), self.E, seed=c)
+            out.append(Routing.from_ids(ids, sample.weights.to(device()), self.E, validate=False))
+        return out
+
+    def calls(self, case: MoECase, sample) -> tuple[list, float]:
+        """Callables over routings() (one pass defeats L2); returns (calls, bytes touched)."""
+        routings = self.routings(sample)
         x = torch.randn(case.tokens, self.H, device=device()).to(torch.bfloat16)
         calls = []
         cfg = dict(case.config)
-        for c in range(n):
-            ids = sample.ids.to(device()) if c == 0 else _relabel(sample.ids.to(device()), self.E, seed=c)
-            r = Routing.from_ids(ids, sample.weights.to(device()), self.E, validate=False)
+        for r in routings:
             if case.variant == "torch_bf16":
                 calls.append(lambda r=r: self.torch_bf16(x, r))
             else:
                 calls.append(lambda r=r: moe_mxfp4(x, r, self.w1, self.b1, self.w2, self.b2, variant=case.variant,
                                                    **cfg))
-        return calls, n * touched
+        return calls, len(routings) * sample.stats()["distinct_experts"] * self.expert_bytes()
 
     def release(self):
         self.w1 = self.w2 = self.torch_bf16 = None

@@ -411,11 +411,11 @@ def cmd_timeline(args) -> int:
                                  "from the call's first program start); layer_us.csv: CUDA-graph us per layer call, "
                                  "traced and untraced; occupancy.csv: registers and programs per SM of each "
                                  "launch's build, traced and untraced (labkit.timeline.build_occupancy); "
-                                 "summary.csv, stream.csv and timeline-*.html: labkit.timeline")
+                                 "summary.csv, stream.csv, fill.csv and timeline-*.html: labkit.timeline")
         run.finish()
     layer_us = pd.read_csv(out / "layer_us.csv") if (out / "layer_us.csv").is_file() else pd.DataFrame()
     configs = {row.point: _parse_config(row.config) for row in layer_us.itertuples()}
-    summary, stream = report(df, out, configs)
+    summary, stream, fill = report(df, out, configs)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(summary[summary.call == summary.groupby("point").call.transform("max")].drop(columns=["call"])
               .to_string(index=False))
@@ -423,6 +423,9 @@ def cmd_timeline(args) -> int:
             print("\nweight stream (model: each program's bytes spread evenly over its run), last call per point:")
             print(stream[stream.call == stream.groupby("point").call.transform("max")].drop(columns=["call"])
                   .to_string(index=False))
+        if fill is not None:
+            print("\nrun time by tile fill (live programs of every call, by the tokens their tile holds):")
+            print(fill.to_string(index=False))
     print(f"written under {out}")
     return 0
 

@@ -5,7 +5,8 @@ to defeat L2, labkit.bench_moe) with kernels.trace recording every mlp1 / mlp2 p
 past its PDL or CHAIN wait, its end and its SM. `summarize` turns the records into one row per launch: the ramp
 before the first program streams, how long programs wait and run, how many run at once, and the drain after most
 programs have ended; `stream_loss` models the weight stream over time and the time the layer loses against its
-own best rate; `timeline_figure` draws the programs running and waiting over time.
+own best rate; `timeline_figure` draws the programs running and waiting over time; `fill_table` puts the programs'
+run times against the tokens their tile holds (a tile's width, HALF's build, what a routing's imbalance costs).
 
 Only WGMMA builds of moe_mma record (the kernels that take TRACE); %globaltimer needs a GPU, so the capture
 needs one, while summaries and charts of a stored programs.parquet work anywhere (`labkit timeline --from`).
@@ -46,6 +47,38 @@ def programs_frame(launches, call_of=None) -> pd.DataFrame:
     for col in ("start", "wait", "end"):
         df[f"{col}_us"] = (df[f"{col}_ns"] - t0) / 1e3
     return df[list(COLUMNS)]
+
+
+def tile_tokens(counts, block_m: int) -> np.ndarray:
+    """Tokens of each token tile of a routing whose experts hold `counts` slots, in the order the kernels number
+    them (kernels.moe.tile_rows: ceil(count / BLOCK_M) tiles per expert, in expert order, the last part-filled)."""
+    return np.array([min(block_m, c - j) for c in (int(c) for c in counts) for j in range(0, c, block_m)],
+                    dtype=np.int64)
+
+
+def with_tile_tokens(df: pd.DataFrame, counts_per_call, block_m: int, persistent_mlp1: bool = False) -> pd.DataFrame:
+    """programs_frame's rows with `tokens`: what the program's token tile (y) holds in its call's routing
+    (counts_per_call[call]: slots per expert), 0 for the worst-case grid's spare slots, NaN for persistent mlp1
+    programs (each takes several tiles)."""
+    tiles = [tile_tokens(c, block_m) for c in counts_per_call]
+    tok = np.array([t[y] if y < len(t) else 0 for t, y in zip((tiles[c] for c in df["call"]), df["y"])], dtype=float)
+    if persistent_mlp1:
+        tok[(df["launch"] == "mlp1").to_numpy()] = np.nan
+    return df.assign(tokens=tok)
+
+
+def fill_table(df: pd.DataFrame, block_m: int) -> pd.DataFrame:
+    """Live programs' run time (past their wait to their end) by how full their token tile is, per launch: rows
+    of tiles holding up to a quarter, a half, three quarters and all of BLOCK_M tokens (HALF runs the first two
+    on its half-width build)."""
+    live = df[df.live & df.tokens.notna() & (df.tokens > 0)]
+    edges = [0, block_m // 4, block_m // 2, 3 * block_m // 4, block_m]
+    fill = pd.cut(live.tokens, edges, labels=[f"{a + 1}-{b}" for a, b in zip(edges, edges[1:])])
+    run = live.end_us - live.wait_us
+    out = run.groupby([live.launch, fill], observed=True).agg(["count", "median", lambda r: r.quantile(0.9)])
+    out.columns = ["programs", "run_p50_us", "run_p90_us"]
+    out = out.reset_index().rename(columns={"tokens": "tile_tokens"})
+    return out.round({"run_p50_us": 2, "run_p90_us": 2})
 
 
 def _running(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -197,23 +230,30 @@ def build_occupancy(model: str, tokens: int, config: dict, arch: int | None = No
     return pd.DataFrame(rows)
 
 
-def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame | None]:
     """A timeline run folder's tables and charts from its programs (one `point` per traced layer, read
     "MODEL TOKENS tokens", " #2" and on for a shape's later configs): summary.csv (summarize), stream.csv
     (stream_loss, for the points `configs` gives a moe_mma config of, persistent grids left out: their programs'
-    bytes vary) and one chart per point. Returns (summary, stream or None)."""
+    bytes vary), fill.csv (fill_table, for those points where the programs carry their tile's tokens: runs
+    traced before that column have none) and one chart per point. Returns (summary, stream, fill; None where
+    there is none)."""
     from pathlib import Path
 
     from .charts import save_figure
     from .gptoss_config import get_model
 
     out = Path(out)
-    rows, streams = [], []
+    from kernels import VARIANTS
+
+    rows, streams, fills = [], [], []
     for point, d in df.groupby("point", sort=False):
         rows.append(summarize(d).assign(point=point))
         if point in configs and not configs[point].get("PERSIST1"):
             c = get_model(point.split()[0])
             streams.append(stream_loss(d, program_bytes(configs[point], c.hidden, c.intermediate)).assign(point=point))
+        if point in configs and "tokens" in d.columns:
+            bm = {**VARIANTS["moe_mma"].defaults, **configs[point]}["BLOCK_M"]
+            fills.append(fill_table(d, bm).assign(point=point))
         name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())
         save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
     summary = pd.concat(rows, ignore_index=True)
@@ -221,11 +261,15 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     stream = pd.concat(streams, ignore_index=True) if streams else None
     if stream is not None:
         stream.to_csv(out / "stream.csv", index=False)
-    return summary, stream
+    fill = pd.concat(fills, ignore_index=True) if fills else None
+    if fill is not None:
+        fill.to_csv(out / "fill.csv", index=False)
+    return summary, stream, fill
 
 
 def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform", replays: int = 10):
-    """Trace a moe_mma layer as the sweep times it. Returns (programs frame, layer us traced, layer us untraced):
+    """Trace a moe_mma layer as the sweep times it. Returns (programs frame with each program's tile tokens,
+    layer us traced, layer us untraced):
     the layer times are medians of CUDA-graph replays of the whole pass divided by its calls, so the two show
     what the records cost. Checks first that the traced pass gives the untraced pass's bits (within 1% with ATOMIC)."""
     import torch
@@ -278,4 +322,6 @@ def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform",
         if not same:
             raise AssertionError("the traced layer's output differs from the untraced layer's")
     us_plain, us_traced = graph_us(plain), graph_us(traced)
-    return programs_frame(launches), us_traced, us_plain
+    counts = [(r.offsets[1:] - r.offsets[:-1]).cpu().numpy() for r in bench.routings(sample)]  # calls' order
+    return (with_tile_tokens(programs_frame(launches), counts, full["BLOCK_M"], bool(full.get("PERSIST1"))),
+            us_traced, us_plain)

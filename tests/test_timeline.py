@@ -105,6 +105,29 @@ def test_programs_frame_refuses_unwritten_records():
         timeline.programs_frame([_launch("mlp1", (2, 1), [(5, 6, 7, 0, 1), (0, 0, 0, 0, 0)])])
 
 
+def test_tile_tokens_number_tiles_as_the_kernels_do():
+    """Tiles in expert order, ceil(count / BLOCK_M) per expert, the last part-filled; an empty expert has none.
+    Programs get their tile's tokens per call (0 on spare slots, NaN for persistent mlp1), and fill_table puts
+    their run times in quarters of BLOCK_M."""
+    assert timeline.tile_tokens([5, 0, 17, 8], 8).tolist() == [5, 8, 8, 1, 8]
+    assert timeline.tile_tokens([], 8).tolist() == []
+    t = 1_000_000
+    recs = [(t, t + 1000 * (i + 1), t + 1000 * (i + 1) + 2000 * (i + 1), i, 1) for i in range(5)]
+    recs.append((t, t, t + 100, 5, 0))  # a spare slot
+    calls = [_launch(name, (1, 6), recs) for name in ("mlp1", "mlp2", "mlp1", "mlp2")]
+    df = timeline.with_tile_tokens(timeline.programs_frame(calls), [[5, 0, 17, 8], [8, 8, 8, 6, 0]], 8)
+    assert df[df.call == 0].tokens.tolist()[:6] == [5, 8, 8, 1, 8, 0]
+    assert df[df.call == 1].tokens.tolist()[:6] == [8, 8, 8, 6, 0, 0]
+    assert ((df.tokens > 0) == df.live).sum() == len(df) - 2  # call 1's fifth program holds no tile but ran live
+    pers = timeline.with_tile_tokens(timeline.programs_frame(calls), [[5, 0, 17, 8]] * 2, 8, persistent_mlp1=True)
+    assert pers[pers.launch == "mlp1"].tokens.isna().all() and pers[pers.launch == "mlp2"].tokens.notna().all()
+    f = timeline.fill_table(df, 8)
+    one = f[(f.launch == "mlp1") & (f.tile_tokens == "7-8")].iloc[0]
+    # tiles of 7-8 tokens: programs 1, 2, 4 of call 0 (run 4, 6, 10 us) and 0, 1, 2 of call 1 (2, 4, 6 us)
+    assert one.programs == 6 and one.run_p50_us == 5.0
+    assert set(f.tile_tokens.astype(str)) == {"1-2", "5-6", "7-8"}
+
+
 def test_point_labels_keep_configs_of_one_shape_apart():
     """Each traced config gets its own point, so the report never merges two configs of one shape."""
     taken = []
@@ -116,10 +139,11 @@ def test_point_labels_keep_configs_of_one_shape_apart():
 
 def test_timeline_cli_from_a_stored_run(tmp_path):
     """`labkit timeline --from` summarizes a stored programs.parquet per point and writes summary.csv and a chart
-    per point (a shape's second config its own)."""
+    per point (a shape's second config its own), and fill.csv where the programs carry their tile's tokens."""
     t = 7_000_000
     mlp1 = _launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t + 2000, t + 9000, 1, 1)])
     df = timeline.programs_frame([mlp1, _launch("mlp2", (1, 1), [(t + 3000, t + 9000, t + 12000, 0, 1)])])
+    df = timeline.with_tile_tokens(df, [[3]], 16)
     pd.concat([df.assign(point="gpt-oss-20b 16 tokens"), df.assign(point="gpt-oss-20b 16 tokens #2")]).to_parquet(
         tmp_path / "programs.parquet", index=False)
     pd.DataFrame({"point": ["gpt-oss-20b 16 tokens", "gpt-oss-20b 16 tokens #2"],
@@ -134,6 +158,8 @@ def test_timeline_cli_from_a_stored_run(tmp_path):
         assert (tmp_path / chart).is_file(), chart
     stream = pd.read_csv(tmp_path / "stream.csv")
     assert stream.mbytes[0] == round((2 * 128 + 64) * 2880 * 17 / 32 / 1e6, 1) and "weight stream" in out
+    fill = pd.read_csv(tmp_path / "fill.csv")  # BLOCK_M 16 (the default): 3 tokens fill a tile's first quarter
+    assert set(fill.tile_tokens) == {"1-4"} and fill.programs.sum() == 2 * 3 and "tile fill" in out
     bad = subprocess.run([sys.executable, "-m", "labkit", "timeline"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--point" in bad.stderr
 
@@ -164,6 +190,9 @@ def test_traced_moe_mma_records_every_program(extra):
         assert d.live.sum() == tiles * lc.grid[0]
         assert (d.start_us <= d.wait_us).all() and (d.wait_us <= d.end_us).all()
         assert d.sm.between(0, sms - 1).all()
+    # the host's tile numbering (with_tile_tokens) gives tokens to exactly the programs that found a tile
+    tok = timeline.with_tile_tokens(df, [counts.numpy()], cfg["BLOCK_M"])
+    assert ((tok.tokens > 0) == tok.live).all()
 
 
 def test_build_occupancy_compares_the_traced_build_with_the_timed_one():
