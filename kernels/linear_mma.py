@@ -195,6 +195,35 @@ if gluon is not None:
         """Layout of a vector of weight rows that indexes the word layout LW's first dimension."""
         return gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, LW)))
 
+    @gluon.constexpr_function
+    def width_layout(MMA, width):
+        """The wgmma accumulator layout MMA at `width` x rows (wgmma N) instead of its own."""
+        return gl.NVMMADistributedLayout(version=MMA.version, warps_per_cta=MMA.warps_per_cta,
+                                         instr_shape=[MMA.instr_shape[0], width, MMA.instr_shape[2]])
+
+    @gluon.jit
+    def _g_wg_mma(w, A_L: gl.constexpr, xs, acc, xs2=None, absorb=None):
+        """One K step's wgmma, acc += decoded weights w @ x slot xs ([BLOCK_M, K step] read transposed as B), and
+        its wait. xs2 (moe_mma's ABSORB): acc is (the tile's accumulator, an accumulator of xs2's EXTRA rows) and
+        where `absorb` (the tile runs past BLOCK_M tokens) a second wgmma adds xs2's rows, on the same A
+        registers. Each branch issues its wgmmas back to back, then waits (an async result cannot leave a
+        branch)."""
+        a = gl.convert_layout(w, A_L, assert_trivial=True)
+        if xs2 is None:
+            acc = warpgroup_mma(a, xs.permute((1, 0)), acc, is_async=True)
+            return warpgroup_mma_wait(0, deps=[acc])
+        else:
+            a0, a1 = acc
+            if absorb:
+                a0 = warpgroup_mma(a, xs.permute((1, 0)), a0, is_async=True)
+                a1 = warpgroup_mma(gl.convert_layout(a, gl.DotOperandLayout(0, a1.type.layout, 2), assert_trivial=True),
+                                   xs2.permute((1, 0)), a1, is_async=True)
+                a0, a1 = warpgroup_mma_wait(0, deps=[a0, a1])
+            else:
+                a0 = warpgroup_mma(a, xs.permute((1, 0)), a0, is_async=True)
+                a0 = warpgroup_mma_wait(0, deps=[a0])
+            return a0, a1
+
     @gluon.jit
     def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
                         SM: gl.constexpr = False, GT=0):
@@ -324,13 +353,11 @@ if gluon is not None:
             v_n = gl.load(w_ptr + wofs + (c + 1) * WSTEP, mask=(c + 1) * STEP + group < KW * more, other=0)
             s_n = gl.load(s_ptr + sofs + (c + 1) * SSTEP, mask=(c + 1) * (STEP // 4) + block < KB * more, other=0)
             w = _g_decode_step(v, s, SMAX, NIB)
-            a = gl.convert_layout(w, A_L, assert_trivial=True)
             async_copy.wait_group(AHEAD - 1)  # this thread's copies of step c landed
             gl.thread_barrier()  # every thread's copies landed; every warp retired step c - 1's MMA
             fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
             _g_x_issue(xsm, x_ptr, xofs, c + AHEAD, steps, STEP, STAGES, xok)
-            acc = warpgroup_mma(a, xsm.index(c % STAGES).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+            acc = _g_wg_mma(w, A_L, xsm.index(c % STAGES), acc)
         async_copy.wait_group(0)
         return acc
 
@@ -428,9 +455,7 @@ if gluon is not None:
             s = ssm.index(slot).reshape([CHUNKS, ssm.shape[1] // CHUNKS * 4, 4]).permute((1, 0, 2)).load(
                 gl.SliceLayout(3, LW))
             w = _g_decode_step(v, s, SMAX, NIB)
-            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+            acc = _g_wg_mma(w, A_L, xsm.index(slot), acc)
         async_copy.wait_group(0)
         if TAIL:
             if tail_live:
@@ -491,18 +516,24 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False):
+                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False, XBYTES2: gl.constexpr = 0,
+                       absorb=None):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
         past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
         step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind. SEQ:
-        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
+        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True)). XBYTES2
+        (ABSORB): XBYTES2 more where `absorb` (the tile's extra x box, _g_tma_x)."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
         NG: gl.constexpr = wsm.shape[2] if SEQ else wsm.shape[1]
-        mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
+        if XBYTES2:  # one expect arrives on the barrier: the one for this tile's boxes
+            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live & (absorb == 0))
+            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES + XBYTES2, pred=live & (absorb != 0))
+        else:
+            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
         if SEQ:
             tma.async_copy_global_to_shared(wdesc, [c * CHUNKS, g0, 0], bar, wsm.index(slot), pred=live)
             tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
@@ -517,9 +548,11 @@ if gluon is not None:
             tma.async_copy_global_to_shared(sdesc, [c, g1, 0], bar, ssm.index(slot).slice(H, H, dim=1), pred=live)
 
     @gluon.jit
-    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, SEQ: gl.constexpr = False):
+    def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, SEQ: gl.constexpr = False,
+                 xsm2=None, xdesc2=None, absorb=None):
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
-        mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q."""
+        mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): where
+        `absorb`, the EXTRA rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
         slot = c % STAGES
         if SEQ:
             CHUNKS: gl.constexpr = STEP // 16
@@ -529,6 +562,9 @@ if gluon is not None:
         else:
             tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
                                             pred=c < steps)
+            if xsm2 is not None:
+                tma.async_copy_global_to_shared(xdesc2, [m0 + xsm.shape[1], c * (STEP * 8)], bars.index(slot),
+                                                xsm2.index(slot), pred=(c < steps) & (absorb != 0))
 
     @gluon.jit
     def _g_tail_issue(wsm, ssm, xsm, bar, tdesc, tsdesc, xtdesc, g0, m0, k0):
@@ -563,13 +599,18 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
-                     STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False):
+                     STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False,
+                     xsm2=None, xdesc2=None, absorb=None):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
-                           SEQ)
-            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ)
+            if xsm2 is None:
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
+                               SEQ)
+            else:
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
+                               SEQ, xsm2.shape[1] * STEP * 16, absorb)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ, xsm2, xdesc2, absorb)
         else:
             _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
@@ -577,12 +618,16 @@ if gluon is not None:
     @gluon.jit
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False):
+                    NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, xsm2=None,
+                    xdesc2=None, absorb=None):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
         next is read, so a chunk's A registers serve them all."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
         CHUNKS: gl.constexpr = STEP // 16
+        if SEQ:  # wsm [STAGES, CHUNKS, groups, 256], else [STAGES, groups, CHUNKS, 256]
+            BLOCK_N: gl.constexpr = wsm.shape[2] * 16
+        else:
+            BLOCK_N: gl.constexpr = wsm.shape[1] * 16
         slot = c % STAGES
         if SEQ:
             gl.thread_barrier()  # every warp is done with step c - 1's slot (the one step c + STAGES - 1 refills)
@@ -598,9 +643,7 @@ if gluon is not None:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
                                  steps, STEP, STAGES, XT, g1, xok, SEQ)
                 w = _g_decode_step(v, s, SMAX, NIB)
-                acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                    xsm.index(slot * CHUNKS + q).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
+                acc = _g_wg_mma(w, A_L, xsm.index(slot * CHUNKS + q), acc)
         else:
             if not XT:
                 async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
@@ -614,11 +657,12 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, g1, xok)
+                         STAGES, XT, g1, xok, False, xsm2, xdesc2, absorb)
             w = _g_decode_step(v, s, SMAX, NIB)
-            acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                                xsm.index(slot).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+            if xsm2 is None:
+                acc = _g_wg_mma(w, A_L, xsm.index(slot), acc)
+            else:
+                acc = _g_wg_mma(w, A_L, xsm.index(slot), acc, xsm2.index(slot), absorb)
         return acc
 
     @gluon.jit
@@ -626,7 +670,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False):
+                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -648,9 +692,14 @@ if gluon is not None:
         the tail's boxes made it 445), then runs as a half step (_g_tail_step). SEQ (XT, CHUNKS > 1): a step's
         CHUNKS chunks land in one slot on one mbarrier and are decoded and multiplied one at a time
         (_g_tma_step), so the ring's work per step (copies issued, the wait, the CTA barriers) is paid once per
-        CHUNKS chunks while the A registers stay one chunk's; xsm holds STAGES * CHUNKS one-chunk x slots."""
+        CHUNKS chunks while the A registers stay one chunk's; xsm holds STAGES * CHUNKS one-chunk x slots. xsm2,
+        xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M,
+        filled and multiplied where `absorb` (_g_wg_mma; acc is then its pair of accumulators)."""
         STEP: gl.constexpr = CHUNKS * 16
-        BLOCK_N: gl.constexpr = acc.shape[0]
+        if xsm2 is None:
+            BLOCK_N: gl.constexpr = acc.shape[0]
+        else:  # ABSORB's pair of accumulators
+            BLOCK_N: gl.constexpr = acc[0].shape[0]
         steps = gl.cdiv(KW, STEP)
         if tdesc is not None:
             steps = KW // STEP
@@ -667,21 +716,25 @@ if gluon is not None:
         XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
+                if xsm2 is None:
+                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
+                else:
+                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ,
+                                   xsm2.shape[1] * STEP * 16, absorb)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
-                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ, xsm2, xdesc2, absorb)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, g1, xok, SEQ)
+                             XT, g1, xok, SEQ, xsm2, xdesc2, absorb)
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, absorb)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
@@ -729,7 +782,7 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False):
+                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -738,7 +791,9 @@ if gluon is not None:
         row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
         weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
-        the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts)."""
+        the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
+        xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` into
+        a second accumulator; the result is then the pair (_g_wg_tma_loop)."""
         if KL is None:
             KL = K
         if SEQ:
@@ -747,7 +802,14 @@ if gluon is not None:
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, MMA)
         A_L: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
-        if TMA:
+        if xdesc2 is not None:
+            EXTRA: gl.constexpr = xdesc2.block_type.shape[0]
+            xsm2 = gl.allocate_shared_memory(gl.float16, [STAGES, EXTRA, 128 * CHUNKS], xdesc2.layout)
+            acc = (acc, gl.zeros([BLOCK_N, EXTRA], gl.float32, width_layout(MMA, EXTRA)))
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
+                                 xsm2, xdesc2, absorb)
+        elif TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
                                  A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
         else:

@@ -408,17 +408,18 @@ def act16_scale(limit: float) -> float:
 
 
 @triton.jit
-def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr):
+def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr, EXTRA: tl.constexpr = 0):
     """(expert, first sorted position, end of the expert's positions, whether the tile exists) of token tile
     `tile`, where an expert with c slots owns ceil(c / BLOCK_M) tiles in expert order and spare programs of the
     worst-case grid (tile_slots) get False. re: arange over a power of two >= E (expert_span) in the caller's
     layout. Every program derives its tile from the offsets (one load round and a scan) because a per-call
     table of tile offsets cost five small torch launches, ~12 us of a layer whatever its size
-    (results/20261124T002538-h100-80gb-hbm3-moe-stages)."""
+    (results/20261124T002538-h100-80gb-hbm3-moe-stages). EXTRA (moe_mma's ABSORB): a last tile of at most EXTRA
+    slots after a full one is not a tile of its own; the full tile before it runs to the expert's end."""
     em = re < E
     lo = tl.load(offs_ptr + re, mask=em, other=0)
     hi = tl.load(offs_ptr + 1 + re, mask=em, other=0)
-    n = (hi - lo + (BLOCK_M - 1)) // BLOCK_M
+    n = _tiles_per_expert(hi - lo, BLOCK_M, EXTRA)
     last = tl.cumsum(n, 0)  # tiles of experts 0..e
     e = tl.sum((last <= tile).to(tl.int32), 0)  # the first expert whose tiles reach past `tile`
     here = re == e
@@ -427,14 +428,23 @@ def tile_rows(offs_ptr, tile, re, E, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def tile_count(offs_ptr, re, E, BLOCK_M: tl.constexpr):
+def tile_count(offs_ptr, re, E, BLOCK_M: tl.constexpr, EXTRA: tl.constexpr = 0):
     """The routing's token tiles, the ones tile_rows numbers as live (the sum over experts of ceil(count /
     BLOCK_M)): a persistent grid's work runs to this count times the programs of a tile, not to tile_slots'
-    worst case. re as tile_rows'."""
+    worst case. re and EXTRA as tile_rows'."""
     em = re < E
     lo = tl.load(offs_ptr + re, mask=em, other=0)
     hi = tl.load(offs_ptr + 1 + re, mask=em, other=0)
-    return tl.sum((hi - lo + (BLOCK_M - 1)) // BLOCK_M, 0)
+    return tl.sum(_tiles_per_expert(hi - lo, BLOCK_M, EXTRA), 0)
+
+
+@triton.jit
+def _tiles_per_expert(c, BLOCK_M: tl.constexpr, EXTRA: tl.constexpr):
+    """ceil(c / BLOCK_M), less the last tile where it holds at most EXTRA slots after a full one."""
+    n = (c + (BLOCK_M - 1)) // BLOCK_M
+    if EXTRA:
+        n -= ((c > BLOCK_M) & ((c - 1) % BLOCK_M < EXTRA)).to(tl.int32)
+    return n
 
 
 @triton.jit

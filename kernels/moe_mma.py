@@ -298,10 +298,10 @@ if gluon is not None:
     _g_trace_end = gluon.jit(trace_end.fn)
 
     @gluon.jit
-    def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
+    def _g_tile_rows(offs_ptr, tile, E, EP: gl.constexpr, BLOCK_M: gl.constexpr, EXTRA: gl.constexpr = 0):
         """tile_rows with its vector over experts in a plain blocked layout (a scan needs one)."""
         experts = gl.arange(0, EP, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-        return _g_tile_rows_of(offs_ptr, tile, experts, E, BLOCK_M)
+        return _g_tile_rows_of(offs_ptr, tile, experts, E, BLOCK_M, EXTRA)
 
     @gluon.jit
     def _g_tile_count(offs_ptr, E, EP: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -480,6 +480,29 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
     @gluon.jit
+    def _g_rows_epilogue(acc, r0, end, je, J0, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
+                         alpha, limit, act_scale, SMAX, PHASE: gl.constexpr, EPI: gl.constexpr, ATOMIC: gl.constexpr,
+                         TAIL_OUT: gl.constexpr):
+        """ABSORB: _g_wg_tile's epilogue of the extra accumulator [BLOCK_N, W], sorted positions r0 .. r0 + W - 1
+        (its token loads here, after the K loop)."""
+        BLOCK_N: gl.constexpr = acc.shape[0]
+        W: gl.constexpr = acc.shape[1]
+        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
+        LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI
+        if PHASE == 1:  # as _g_wg_tile's: the gate/linear pair in one thread
+            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, W]), (1, 2, 0)), EPI)
+            acc_a, acc_b = gl.split(pair)
+            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
+            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
+        else:
+            acc_a = gl.convert_layout(acc, EPI)
+            acc_b = acc_a
+        rme = r0 + gl.arange(0, W, layout=gl.SliceLayout(0, LP))
+        tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
+        _g_epilogue(acc_a, acc_b, je, J0, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale,
+                    SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
+
+    @gluon.jit
     def _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP, OUTW, TOPK, alpha,
                    limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT, chain_ptr, TILES, NEED, wdesc, sdesc,
                    GE, trace_ptr,
@@ -490,7 +513,7 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
@@ -500,7 +523,9 @@ if gluon is not None:
         K loop, after its first weight copies too (kernels.linear_mma._g_wg_program's EARLY). TAIL: the K tail's
         half chunk as a half step (tails: tail_half's words and scale bytes of the expert stack, and their strides
         per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
-        mlp2 that runs TAIL (_epilogue)."""
+        mlp2 that runs TAIL (_epilogue). xdesc2 (ABSORB, TMA=2): the box of x's EXTRA rows after BLOCK_M; a tile
+        running past BLOCK_M tokens (tile_rows' last tile of its expert, absorbing the one after it) multiplies
+        them into a second accumulator on the same decoded weights and stores them by a second epilogue."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -563,7 +588,9 @@ if gluon is not None:
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
-                            xtofs=xtofs)
+                            xtofs=xtofs, xdesc2=xdesc2, absorb=end - m0 > BLOCK_M)
+        if xdesc2 is not None:
+            acc, acc_x = acc
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
@@ -588,6 +615,10 @@ if gluon is not None:
             bias_b = bias_a
         _g_epilogue(acc_a, acc_b, je, pn * COLS, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW,
                     alpha, limit, act_scale, SMAX, PHASE, True, sorted_ptr, TOPK, ATOMIC, TAIL_OUT)
+        if xdesc2 is not None:
+            if end - m0 > BLOCK_M:
+                _g_rows_epilogue(acc_x, m0 + BLOCK_M, end, je, pn * COLS, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr,
+                                 out_ptr, N, OUTW, TOPK, alpha, limit, act_scale, SMAX, PHASE, EPI, ATOMIC, TAIL_OUT)
         if CHAIN:
             if TMA == 2 and PHASE == 1:  # act's generic stores before the release mlp2's TMA reads follow
                 _g_proxy_fence()
@@ -607,7 +638,7 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -631,7 +662,8 @@ if gluon is not None:
         TICKET: each item after the first by ticket (kernels.sync.take_item: programs finishing first take more).
         TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
         SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
-        combine sums the slices in order)."""
+        combine sums the slices in order). xdesc2 (ABSORB): tiles numbered by tile_rows' EXTRA (its box's rows),
+        the x box of a tile's rows past BLOCK_M (_g_wg_tile)."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -667,7 +699,7 @@ if gluon is not None:
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
                               gl.program_id(1), gl.program_id(0), gl.num_programs(0), WAIT_LATE=WAIT_LATE,
-                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
+                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -683,10 +715,13 @@ if gluon is not None:
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
-        e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
+        if xdesc2 is None:
+            e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M)
+        else:  # ABSORB: an expert's last tile of at most EXTRA tokens runs in the tile before it
+            e, m0, end, live = _g_tile_rows(offs_ptr, tile, E, EP, BLOCK_M, xdesc2.block_shape[0])
         if live:
             if HALF:  # a constexpr branch first: builds without HALF never instantiate the half-width tile
                 if end - m0 <= BLOCK_M // 2:
@@ -702,14 +737,14 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
         return live
 
 
@@ -780,7 +815,8 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             args = (*args[:4], sw, ss, *args[6:-2], groups * 256, groups * 64)
         half = bool(cfg.get("HALF"))
         LW_H, LXCP_H, MMA_H, SX_H = wg_layouts(BM // 2, cfg["ROWS"], cfg["CHUNKS"], nw) if half else (LW, LXCP, MMA, SX)
-        xdesc_h = None
+        xdesc_h = xdesc2 = None
+        extra_rows = int(cfg.get("ABSORB") or 0)
         if tma == 2:  # new each call, as gemv_mma's x16 (a CUDA graph keeps the captured descriptor)
             if phase == 1 and not gathered:
                 raise ValueError("moe_mma TMA=2: mlp1 reads x gathered per sorted position (x_to_f16(rows=...))")
@@ -788,6 +824,10 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
             if half:
                 xdesc_h = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BM // 2, 128 * cfg["CHUNKS"]],
                                            SX_H)
+            if extra_rows:  # ABSORB: the rows of a tile past BLOCK_M
+                xdesc2 = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [extra_rows, 128 * cfg["CHUNKS"]],
+                                          gl.NVMMASharedLayout.get_default_for([extra_rows, 128 * cfg["CHUNKS"]],
+                                                                               gl.float16))
         tails = {}
         if cfg.get("TAIL"):  # tail_half's copy of the expert stack: expert e's groups from e * G
             tw, ts = tail_half(p)
@@ -800,7 +840,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
-                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails)
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -818,7 +858,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False):
+                MAXNREG2=None, TAIL=False, ABSORB=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -882,7 +922,13 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     median of 13 rounds 0.8 us faster on 20b at 16 tokens and 0.4 at 32 (133.0-134.1 and 146.6-148.0 us), 2-6 us
     on 120b at 32-64 with 8-token tiles; 120b 128 with 32-token tiles 8 us; on 20b with TICKET1 or MAXNREG2=72
     slower, and 10-20 us slower on 20b at 128-256 with 16-token tiles. It recovers a third of the padded step's
-    cost at most: the half step keeps its wait and wgmma latency.
+    cost at most: the half step keeps its wait and wgmma latency. ABSORB (WGMMA, TMA=2, not PERSIST1; compiled
+    builds only, the interpreter runs the same arithmetic on its own tiles): an expert's last tile of at most
+    ABSORB tokens after a full one is no tile of its own (kernels.moe.tile_rows' EXTRA); the full tile before it
+    takes those rows as a second TMA box into a second accumulator, multiplied on the same decoded weights, and
+    stores them by a second epilogue. Such a tile cost a program almost as long as a full one (it decodes the
+    same weights): 27.6 against 35.4 us on 20b at 512 tokens, where uniform routing made 675 of 2160 mlp1
+    programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -901,7 +947,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
@@ -1039,6 +1085,22 @@ def _rule_half(cfg, problem):
     return None
 
 
+def _rule_absorb(cfg, problem):
+    """ABSORB (TMA=2's x boxes): an expert's last tile of at most ABSORB tokens after a full one runs in the
+    tile before it, whose extra x rows come as a second box into a second accumulator (wgmma N = ABSORB >= 8);
+    tiles are numbered that way in the non-persistent grid only (PERSIST1 counts its work by tile_count)."""
+    extra = int(cfg.get("ABSORB") or 0)
+    if not extra:
+        return None
+    if not cfg.get("WGMMA") or cfg.get("TMA") != 2:
+        return "ABSORB applies only with WGMMA and TMA=2 (the extra rows come as a TMA box)"
+    if extra > cfg["BLOCK_M"] // 2:
+        return f"ABSORB={extra} exceeds BLOCK_M / 2 = {cfg['BLOCK_M'] // 2}"
+    if cfg.get("PERSIST1"):
+        return "ABSORB numbers the tiles of the non-persistent grid only (not with PERSIST1)"
+    return None
+
+
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
@@ -1049,17 +1111,18 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True)},
+           "TAIL": (False, True), "ABSORB": (0, 8, 16)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, _rule_tail, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
-                "per word, not 15); HALF: part-filled token tiles on a half-width build",
+                "per word, not 15); HALF: part-filled token tiles on a half-width build; ABSORB: an expert's last "
+                "few tokens in the tile before them",
 ))

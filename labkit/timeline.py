@@ -49,18 +49,25 @@ def programs_frame(launches, call_of=None) -> pd.DataFrame:
     return df[list(COLUMNS)]
 
 
-def tile_tokens(counts, block_m: int) -> np.ndarray:
+def tile_tokens(counts, block_m: int, extra: int = 0) -> np.ndarray:
     """Tokens of each token tile of a routing whose experts hold `counts` slots, in the order the kernels number
-    them (kernels.moe.tile_rows: ceil(count / BLOCK_M) tiles per expert, in expert order, the last part-filled)."""
-    return np.array([min(block_m, c - j) for c in (int(c) for c in counts) for j in range(0, c, block_m)],
-                    dtype=np.int64)
+    them (kernels.moe.tile_rows: ceil(count / BLOCK_M) tiles per expert, in expert order, the last part-filled;
+    extra, moe_mma's ABSORB: a last tile of at most `extra` after a full one joins the tile before it)."""
+    out = []
+    for c in (int(c) for c in counts):
+        tiles = [min(block_m, c - j) for j in range(0, c, block_m)]
+        if extra and len(tiles) > 1 and tiles[-1] <= extra:
+            tiles[-2:] = [block_m + tiles[-1]]
+        out += tiles
+    return np.array(out, dtype=np.int64)
 
 
-def with_tile_tokens(df: pd.DataFrame, counts_per_call, block_m: int, persistent_mlp1: bool = False) -> pd.DataFrame:
+def with_tile_tokens(df: pd.DataFrame, counts_per_call, block_m: int, persistent_mlp1: bool = False,
+                     extra: int = 0) -> pd.DataFrame:
     """programs_frame's rows with `tokens`: what the program's token tile (y) holds in its call's routing
-    (counts_per_call[call]: slots per expert), 0 for the worst-case grid's spare slots, NaN for persistent mlp1
-    programs (each takes several tiles)."""
-    tiles = [tile_tokens(c, block_m) for c in counts_per_call]
+    (counts_per_call[call]: slots per expert; extra: ABSORB's, tile_tokens), 0 for the worst-case grid's spare
+    slots, NaN for persistent mlp1 programs (each takes several tiles)."""
+    tiles = [tile_tokens(c, block_m, extra) for c in counts_per_call]
     tok = np.array([t[y] if y < len(t) else 0 for t, y in zip((tiles[c] for c in df["call"]), df["y"])], dtype=float)
     if persistent_mlp1:
         tok[(df["launch"] == "mlp1").to_numpy()] = np.nan
@@ -73,6 +80,8 @@ def fill_table(df: pd.DataFrame, block_m: int) -> pd.DataFrame:
     on its half-width build)."""
     live = df[df.live & df.tokens.notna() & (df.tokens > 0)]
     edges = [0, block_m // 4, block_m // 2, 3 * block_m // 4, block_m]
+    if (live.tokens > block_m).any():  # ABSORB's tiles past BLOCK_M
+        edges.append(int(live.tokens.max()))
     fill = pd.cut(live.tokens, edges, labels=[f"{a + 1}-{b}" for a, b in zip(edges, edges[1:])])
     run = live.end_us - live.wait_us
     out = run.groupby([live.launch, fill], observed=True).agg(["count", "median", lambda r: r.quantile(0.9)])
@@ -323,5 +332,5 @@ def trace_layer(model: str, tokens: int, config: dict, routing: str = "uniform",
             raise AssertionError("the traced layer's output differs from the untraced layer's")
     us_plain, us_traced = graph_us(plain), graph_us(traced)
     counts = [(r.offsets[1:] - r.offsets[:-1]).cpu().numpy() for r in bench.routings(sample)]  # calls' order
-    return (with_tile_tokens(programs_frame(launches), counts, full["BLOCK_M"], bool(full.get("PERSIST1"))),
-            us_traced, us_plain)
+    return (with_tile_tokens(programs_frame(launches), counts, full["BLOCK_M"], bool(full.get("PERSIST1")),
+                             int(full.get("ABSORB") or 0)), us_traced, us_plain)

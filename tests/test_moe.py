@@ -147,34 +147,47 @@ def test_route_with_duplicates_and_empty_experts(device):
 
 
 @triton.jit
-def _tile_rows_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr):
+def _tile_rows_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr, EXTRA: tl.constexpr = 0):
     tile = tl.program_id(0)
-    e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M)
+    e, m0, end, live = tile_rows(offs_ptr, tile, tl.arange(0, EP), E, BLOCK_M, EXTRA)
     i = tl.arange(0, 4)
     row = tl.where(i == 0, e, tl.where(i == 1, m0, tl.where(i == 2, end, live.to(tl.int32))))
     tl.store(out_ptr + tile * 4 + i, row)
 
 
-@pytest.mark.parametrize("counts,block_m", [([0, 3, 0, 0, 17, 1], 8), ([40], 16), ([0, 0, 5], 8),
-                                            ([9, 8, 7, 0, 0, 1, 16, 2, 0], 4)])
-def test_tile_rows_enumerates_each_experts_tiles_then_spares(counts, block_m, device):
+@pytest.mark.parametrize("counts,block_m,extra", [([0, 3, 0, 0, 17, 1], 8, 0), ([40], 16, 0), ([0, 0, 5], 8, 0),
+                                                  ([9, 8, 7, 0, 0, 1, 16, 2, 0], 4, 0),
+                                                  ([0, 3, 0, 0, 17, 1, 20, 25, 8, 16], 8, 4), ([40, 36], 16, 8)])
+def test_tile_rows_enumerates_each_experts_tiles_then_spares(counts, block_m, extra, device):
     """Every program of the worst-case grid finds its expert tile from the offsets alone: expert e with c slots
     owns ceil(c / BLOCK_M) consecutive tiles of BLOCK_M positions (the last one short), empty experts none,
-    and the programs past the last tile are spare. E not a power of two and one expert only included."""
+    and the programs past the last tile are spare. E not a power of two and one expert only included. EXTRA
+    (moe_mma's ABSORB): a last tile of at most EXTRA slots after a full one is none of its own (the tile before
+    it runs to the expert's end), as labkit.timeline.tile_tokens numbers them on the host."""
+    from labkit.timeline import tile_tokens
+
     offs = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    want = [(e, m0, int(offs[e + 1]), 1) for e, c in enumerate(counts) for m0 in range(int(offs[e]),
-            int(offs[e]) + c, block_m)]
+    want = []
+    for e, c in enumerate(counts):
+        starts = list(range(int(offs[e]), int(offs[e]) + c, block_m))
+        if extra and c > block_m and (c - 1) % block_m < extra:
+            starts = starts[:-1]
+        want += [(e, m0, int(offs[e + 1]), 1) for m0 in starts]
     slots = len(want) + 3
     out = torch.full((slots, 4), -1, dtype=torch.int32, device=device)
-    _tile_rows_probe[(slots,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m)
+    _tile_rows_probe[(slots,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m, EXTRA=extra)
     got = [tuple(row) for row in out.cpu().tolist()]
     assert got[:len(want)] == want
     assert all(live == 0 for *_, live in got[len(want):])
+    ends = [nxt[1] if nxt[0] == e else end for (e, m0, end, _), nxt in zip(want, want[1:] + [(-1, 0, 0, 0)])]
+    assert [b - w[1] for w, b in zip(want, ends)] == tile_tokens(counts, block_m, extra).tolist()
+    if extra:
+        assert len(want) < sum(-(-c // block_m) for c in counts)  # some tile was absorbed
 
 
 @triton.jit
-def _tile_count_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr):
-    tl.store(out_ptr, tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M))
+def _tile_count_probe(offs_ptr, out_ptr, E, EP: tl.constexpr, BLOCK_M: tl.constexpr, EXTRA: tl.constexpr = 0):
+    tl.store(out_ptr, tile_count(offs_ptr, tl.arange(0, EP), E, BLOCK_M, EXTRA))
 
 
 @pytest.mark.parametrize("counts,block_m", [([0, 3, 0, 0, 17, 1], 8), ([40], 16), ([0, 0, 5], 8),
@@ -186,6 +199,9 @@ def test_tile_count_is_the_number_of_live_tiles(counts, block_m, device):
     out = torch.full((1,), -1, dtype=torch.int32, device=device)
     _tile_count_probe[(1,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m)
     assert out.item() == sum(-(-c // block_m) for c in counts)
+    _tile_count_probe[(1,)](offs, out, len(counts), EP=expert_span(len(counts)), BLOCK_M=block_m, EXTRA=2)
+    absorbed = sum(c > block_m and (c - 1) % block_m < 2 for c in counts)
+    assert out.item() == sum(-(-c // block_m) for c in counts) - absorbed
 
 
 @pytest.mark.parametrize("E,S,block_m", [(128, 128, 8), (32, 128, 8), (4, 37, 16), (8, 3, 8), (1, 40, 16),
@@ -732,6 +748,34 @@ def test_moe_mma_half_width_tiles_are_bit_identical(tokens, device):
     assert "BLOCK_M >= 16" in v.reason({**v.defaults, **cfg, "BLOCK_M": 8, "STAGES": 4, "HALF": True}, problem)
 
 
+def test_moe_mma_absorbed_tiles_are_bit_identical(device):
+    """ABSORB runs an expert's last tile of at most ABSORB tokens inside the full tile before it (a second x box
+    and accumulator on the same decoded weights): each token's column sums the same K steps in the same order,
+    so the bits do not change (with CHAIN, HALF, EPI_EARLY, WAIT_LATE; tiles of 16 and 32 tokens, experts with
+    and without an absorbed tail). The interpreter runs the same arithmetic on its own tiles: on the CPU this
+    checks the plumbing and the rules."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2,
+           "TMA": 2}
+    dw, x, r, ref = odd_layer(23, 70, 6, device)
+    counts = (r.offsets[1:] - r.offsets[:-1]).cpu().tolist()
+    for extra in ({"BLOCK_M": 16, "STAGES": 3, "CHAIN": True, "ABSORB": 8},
+                  {"BLOCK_M": 32, "STAGES": 3, "HALF": True, "EPI_EARLY": 2, "ABSORB": 16},
+                  {"BLOCK_M": 32, "STAGES": 2, "CHAIN": True, "WAIT_LATE": 2, "EPI_EARLY": 1, "ABSORB": 8}):
+        bm, a = extra["BLOCK_M"], extra["ABSORB"]
+        tails = [c > bm and (c - 1) % bm < a for c in counts]
+        assert any(tails) and not all(tails), (extra, counts)
+        plain = {k: v for k, v in extra.items() if k != "ABSORB"}
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **plain)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra), y), extra
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    ok = {**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 3, "ABSORB": 16}
+    assert v.reason(ok, problem) is None
+    assert "TMA=2" in v.reason({**ok, "TMA": True}, problem)
+    assert "BLOCK_M / 2" in v.reason({**ok, "BLOCK_M": 16}, problem)
+    assert "PERSIST1" in v.reason({**ok, "PERSIST1": 4}, problem)
+
+
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
@@ -1086,7 +1130,9 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "HALF": True, "WAIT_LATE": 2},
                                   {"TMA": 2, "CHAIN": True, "WAIT_LATE": 2},
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True},
-                                  {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3}])
+                                  {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8},
+                                  {"TMA": 2, "CHAIN": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
@@ -1094,18 +1140,18 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
     and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; TICKET1: its counter back
     at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order (ATOMIC) or are summed in
-    fp32 (without it), within 1%)."""
+    fp32 (without it), within 1%; ABSORB: which tails are absorbed follows each replay's routing)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
     logits = torch.randn(37, 4, device=dev)
     cfg = {"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True,
            "NIB": True, "RING_W": True, "EPI_EARLY": 1}
-    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)  # compile outside
+    K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **{**cfg, **opts})  # compile outside
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **opts, **cfg)
+        yt = K.moe_mxfp4(x, K.route(logits, 2), *dw, variant="moe_mma", **{**cfg, **opts})
     for rep in range(10):
         logits.copy_(torch.randn(37, 4, generator=g, device=dev))
         x.copy_(torch.randn(37, x.shape[1], generator=g, device=dev).to(torch.bfloat16))
