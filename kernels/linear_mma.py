@@ -202,27 +202,20 @@ if gluon is not None:
                                          instr_shape=[MMA.instr_shape[0], width, MMA.instr_shape[2]])
 
     @gluon.jit
-    def _g_wg_mma(w, A_L: gl.constexpr, xs, acc, xs2=None, absorb=None):
+    def _g_wg_mma(w, A_L: gl.constexpr, xs, acc, xs2=None):
         """One K step's wgmma, acc += decoded weights w @ x slot xs ([BLOCK_M, K step] read transposed as B), and
-        its wait. xs2 (moe_mma's ABSORB): acc is (the tile's accumulator, an accumulator of xs2's EXTRA rows) and
-        where `absorb` (the tile runs past BLOCK_M tokens) a second wgmma adds xs2's rows, on the same A
-        registers. Each branch issues its wgmmas back to back, then waits (an async result cannot leave a
-        branch)."""
+        its wait. xs2 (moe_mma's ABSORB): acc is (the tile's accumulator, one of xs2's EXTRA rows), and a second
+        wgmma adds xs2's rows on the same A registers."""
         a = gl.convert_layout(w, A_L, assert_trivial=True)
         if xs2 is None:
             acc = warpgroup_mma(a, xs.permute((1, 0)), acc, is_async=True)
             return warpgroup_mma_wait(0, deps=[acc])
         else:
             a0, a1 = acc
-            if absorb:
-                a0 = warpgroup_mma(a, xs.permute((1, 0)), a0, is_async=True)
-                a1 = warpgroup_mma(gl.convert_layout(a, gl.DotOperandLayout(0, a1.type.layout, 2), assert_trivial=True),
-                                   xs2.permute((1, 0)), a1, is_async=True)
-                a0, a1 = warpgroup_mma_wait(0, deps=[a0, a1])
-            else:
-                a0 = warpgroup_mma(a, xs.permute((1, 0)), a0, is_async=True)
-                a0 = warpgroup_mma_wait(0, deps=[a0])
-            return a0, a1
+            a0 = warpgroup_mma(a, xs.permute((1, 0)), a0, is_async=True)
+            a1 = warpgroup_mma(gl.convert_layout(a, gl.DotOperandLayout(0, a1.type.layout, 2), assert_trivial=True),
+                               xs2.permute((1, 0)), a1, is_async=True)
+            return warpgroup_mma_wait(0, deps=[a0, a1])
 
     @gluon.jit
     def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
@@ -516,24 +509,18 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False, XBYTES2: gl.constexpr = 0,
-                       absorb=None):
+                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
         past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
         step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind. SEQ:
-        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True)). XBYTES2
-        (ABSORB): XBYTES2 more where `absorb` (the tile's extra x box, _g_tma_x)."""
+        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
         NG: gl.constexpr = wsm.shape[2] if SEQ else wsm.shape[1]
-        if XBYTES2:  # one expect arrives on the barrier: the one for this tile's boxes
-            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live & (absorb == 0))
-            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES + XBYTES2, pred=live & (absorb != 0))
-        else:
-            mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
+        mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
         if SEQ:
             tma.async_copy_global_to_shared(wdesc, [c * CHUNKS, g0, 0], bar, wsm.index(slot), pred=live)
             tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
@@ -549,10 +536,10 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, SEQ: gl.constexpr = False,
-                 xsm2=None, xdesc2=None, absorb=None):
+                 xsm2=None, xdesc2=None):
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
-        mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): where
-        `absorb`, the EXTRA rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
+        mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): the EXTRA
+        rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
         slot = c % STAGES
         if SEQ:
             CHUNKS: gl.constexpr = STEP // 16
@@ -564,7 +551,7 @@ if gluon is not None:
                                             pred=c < steps)
             if xsm2 is not None:
                 tma.async_copy_global_to_shared(xdesc2, [m0 + xsm.shape[1], c * (STEP * 8)], bars.index(slot),
-                                                xsm2.index(slot), pred=(c < steps) & (absorb != 0))
+                                                xsm2.index(slot), pred=c < steps)
 
     @gluon.jit
     def _g_tail_issue(wsm, ssm, xsm, bar, tdesc, tsdesc, xtdesc, g0, m0, k0):
@@ -600,17 +587,16 @@ if gluon is not None:
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
                      STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False,
-                     xsm2=None, xdesc2=None, absorb=None):
+                     xsm2=None, xdesc2=None):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
         by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
             if xsm2 is None:
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
-                               SEQ)
-            else:
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, xsm.shape[1] * STEP * 16, g1,
-                               SEQ, xsm2.shape[1] * STEP * 16, absorb)
-            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ, xsm2, xdesc2, absorb)
+                XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16
+            else:  # ABSORB's extra box too
+                XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, XBYTES, g1, SEQ)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ, xsm2, xdesc2)
         else:
             _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
@@ -619,7 +605,7 @@ if gluon is not None:
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                     NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, xsm2=None,
-                    xdesc2=None, absorb=None):
+                    xdesc2=None):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
         next is read, so a chunk's A registers serve them all."""
@@ -657,12 +643,12 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, g1, xok, False, xsm2, xdesc2, absorb)
+                         STAGES, XT, g1, xok, False, xsm2, xdesc2)
             w = _g_decode_step(v, s, SMAX, NIB)
             if xsm2 is None:
                 acc = _g_wg_mma(w, A_L, xsm.index(slot), acc)
             else:
-                acc = _g_wg_mma(w, A_L, xsm.index(slot), acc, xsm2.index(slot), absorb)
+                acc = _g_wg_mma(w, A_L, xsm.index(slot), acc, xsm2.index(slot))
         return acc
 
     @gluon.jit
@@ -693,8 +679,10 @@ if gluon is not None:
         CHUNKS chunks land in one slot on one mbarrier and are decoded and multiplied one at a time
         (_g_tma_step), so the ring's work per step (copies issued, the wait, the CTA barriers) is paid once per
         CHUNKS chunks while the A registers stay one chunk's; xsm holds STAGES * CHUNKS one-chunk x slots. xsm2,
-        xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M,
-        filled and multiplied where `absorb` (_g_wg_mma; acc is then its pair of accumulators)."""
+        xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M and
+        acc the pair (the tile's accumulator, one of those rows); where `absorb` the ring and the loop run with the
+        extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
+        whose body then has no branch around a wgmma."""
         STEP: gl.constexpr = CHUNKS * 16
         if xsm2 is None:
             BLOCK_N: gl.constexpr = acc.shape[0]
@@ -713,28 +701,54 @@ if gluon is not None:
             mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
-        XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
+        if xsm2 is None:
+            acc = _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
+                             STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
+        else:
+            a0, a1 = acc
+            if absorb:
+                a0, a1 = _g_tma_run((a0, a1), wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps,
+                                    SMAX, STEP, STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, xsm2=xsm2,
+                                    xdesc2=xdesc2)
+            else:
+                a0 = _g_tma_run(a0, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
+                                STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok)
+            acc = (a0, a1)
+        if not XT:
+            async_copy.wait_group(0)
+        for q in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(q))
+        return acc
+
+    @gluon.jit
+    def _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX,
+                   STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                   NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
+                   tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
+                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None):
+        """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
+        CHUNKS: gl.constexpr = STEP // 16
+        if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
+            XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
+        else:
+            XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                if xsm2 is None:
-                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
-                else:
-                    _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ,
-                                   xsm2.shape[1] * STEP * 16, absorb)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
-                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ, xsm2, xdesc2, absorb)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ, xsm2, xdesc2)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, g1, xok, SEQ, xsm2, xdesc2, absorb)
+                             XT, g1, xok, SEQ, xsm2, xdesc2)
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, absorb)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
@@ -750,10 +764,6 @@ if gluon is not None:
                                   STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
             acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail),
                                (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
-        if not XT:
-            async_copy.wait_group(0)
-        for q in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(q))
         return acc
 
     @gluon.jit
@@ -792,8 +802,8 @@ if gluon is not None:
         weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
-        xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` into
-        a second accumulator; the result is then the pair (_g_wg_tma_loop)."""
+        xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
+        tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop)."""
         if KL is None:
             KL = K
         if SEQ:
