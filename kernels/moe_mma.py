@@ -480,23 +480,29 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
     @gluon.jit
+    def _g_epi_pair(acc, PHASE: gl.constexpr, EPI: gl.constexpr):
+        """A WGMMA accumulator [BLOCK_N, tokens] as the epilogue's (acc_a, acc_b) [column, token] in EPI's layout:
+        mlp1's gate and linear rows (stacked in acc) as a pair in one thread (the split moves no data); mlp2's
+        rows twice, 8 consecutive rows of a token per thread (one 16-byte store of y)."""
+        BLOCK_N: gl.constexpr = acc.shape[0]
+        LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI
+        if PHASE == 1:
+            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, BLOCK_N // 2, acc.shape[1]]), (1, 2, 0)), EPI)
+            acc_a, acc_b = gl.split(pair)
+            return gl.convert_layout(acc_a, LP, assert_trivial=True), gl.convert_layout(acc_b, LP, assert_trivial=True)
+        else:
+            acc_a = gl.convert_layout(acc, EPI)
+            return acc_a, acc_a
+
+    @gluon.jit
     def _g_rows_epilogue(acc, r0, end, je, J0, bias_a, bias_b, xs_ptr, sorted_ptr, gate_ptr, out_ptr, N, OUTW, TOPK,
                          alpha, limit, act_scale, SMAX, PHASE: gl.constexpr, EPI: gl.constexpr, ATOMIC: gl.constexpr,
                          TAIL_OUT: gl.constexpr):
         """ABSORB: _g_wg_tile's epilogue of the extra accumulator [BLOCK_N, W], sorted positions r0 .. r0 + W - 1
         (its token loads here, after the K loop)."""
-        BLOCK_N: gl.constexpr = acc.shape[0]
         W: gl.constexpr = acc.shape[1]
-        COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI
-        if PHASE == 1:  # as _g_wg_tile's: the gate/linear pair in one thread
-            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, W]), (1, 2, 0)), EPI)
-            acc_a, acc_b = gl.split(pair)
-            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-        else:
-            acc_a = gl.convert_layout(acc, EPI)
-            acc_b = acc_a
+        acc_a, acc_b = _g_epi_pair(acc, PHASE, EPI)
         rme = r0 + gl.arange(0, W, layout=gl.SliceLayout(0, LP))
         tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
         _g_epilogue(acc_a, acc_b, je, J0, rme, end, tok, bias_a, bias_b, out_ptr, N, OUTW, alpha, limit, act_scale,
@@ -593,14 +599,7 @@ if gluon is not None:
             acc, acc_x = acc
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-        if PHASE == 1:  # [column, token, gate/linear], the pair in one thread: split moves no data
-            pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, COLS, BLOCK_M]), (1, 2, 0)), EPI)
-            acc_a, acc_b = gl.split(pair)
-            acc_a = gl.convert_layout(acc_a, LP, assert_trivial=True)
-            acc_b = gl.convert_layout(acc_b, LP, assert_trivial=True)
-        else:  # [row, token] with 8 consecutive rows of a token per thread: 16-byte stores of y
-            acc_a = gl.convert_layout(acc, EPI)
-            acc_b = acc_a
+        acc_a, acc_b = _g_epi_pair(acc, PHASE, EPI)
         if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
