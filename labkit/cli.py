@@ -136,12 +136,14 @@ def cmd_roofline(args) -> int:
 
 def cmd_best(args) -> int:
     """The fastest correct variant/config per point of a run, vs the floor and its op's baseline."""
-    from .results import best_table, read_runs, resolve_run
+    from .results import best_table, read_runs, resolve_run, vs_routing
 
     out = best_table(read_runs([resolve_run(args.run)]))
     if out.empty:
         print("no ok points in this run")
         return 1
+    if args.vs_routing:
+        out = vs_routing(out, args.vs_routing)
     print(out.to_json(orient="records", indent=2) if args.json else out.to_string(index=False, float_format="%.3g"))
     return 0
 
@@ -700,6 +702,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "op's baseline (cuBLAS bf16 for linear, torch bf16 for MoE)")
     p.add_argument("run", help="run folder or run id under results/")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--vs-routing", metavar="ROUTING",
+                   help="MoE: each point's best time over the best under this routing at the same model and tokens "
+                        "(e.g. balanced: what uniform routing's imbalance costs)")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("table", help="variant='auto' tables: derive them from runs, or report their regret")

@@ -303,6 +303,22 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=empty)
 
 
+def vs_routing(best: pd.DataFrame, routing: str) -> pd.DataFrame:
+    """best_table's MoE rows with `vs_<routing>`: each point's best time over the best time under `routing` at
+    the same model and token count (e.g. 1.31 for uniform against balanced: what the routing costs the layer);
+    NaN where the run has no such point."""
+    if "routing" not in best.columns or routing not in set(best["routing"].dropna()):
+        have = sorted(set(best["routing"].dropna())) if "routing" in best.columns else []
+        raise ValueError(f"the run has no MoE points under routing {routing!r} (it has: {', '.join(have) or 'none'})")
+    t = _time_column(best)
+    ref = best[best["routing"] == routing].set_index(["problem", "m"])[t]
+    ratio = [t_ / ref[k] if k in ref.index else float("nan") for t_, k in zip(best[t], zip(best["problem"], best["m"]))]
+    out = best.copy()
+    out.insert(list(out.columns).index("config") if "config" in out.columns else len(out.columns), f"vs_{routing}",
+               ratio)
+    return out
+
+
 def time_band(df: pd.DataFrame, graph: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
     """(median, p10, p90) per point: CUDA-graph time where `graph` (e.g. where both compared runs have it), else
     eager; a missing percentile counts as no spread."""

@@ -219,6 +219,28 @@ def test_best_table_uses_each_ops_baseline(tmp_path):
     assert pd.isna(skew["vs_baseline"])  # no torch_bf16 point under that routing
 
 
+def test_vs_routing_puts_each_routing_against_one(tmp_path):
+    """`./lab best --vs-routing R`: each MoE point's best time over the best under R at the same model and token
+    count (the linear rows, and points R never ran, get NaN); a routing the run lacks is an error naming those
+    it has."""
+    from labkit.results import best_table, vs_routing
+
+    moe = {"op": "moe_layer", "n": 128, "k": 64, "experts": 8, "top_k": 2, "model": "tiny"}
+    df = read_runs([_run(tmp_path, "a", [
+        _timed(1, 10, 9, 11, shape="lm_head"),
+        _point(**moe, routing="uniform", m=4, variant="moe_gemv", us_graph=30.0),
+        _point(**moe, routing="uniform", m=4, variant="moe_mma", us_graph=26.0),
+        _point(**moe, routing="balanced", m=4, variant="moe_gemv", us_graph=20.0),
+        _point(**moe, routing="uniform", m=8, variant="moe_gemv", us_graph=50.0)])])
+    out = vs_routing(best_table(df), "balanced")
+    got = {(r["routing"], r["m"]): r["vs_balanced"] for r in out[out["op"] == "moe_layer"].to_dict("records")}
+    assert got[("uniform", 4)] == pytest.approx(1.3) and got[("balanced", 4)] == 1.0 and pd.isna(got[("uniform", 8)])
+    assert pd.isna(out[out["op"] == "linear"]["vs_balanced"]).all()
+    assert list(out.columns).index("vs_balanced") == list(out.columns).index("config") - 1
+    with pytest.raises(ValueError, match="no MoE points under routing 'zipf' .*balanced, uniform"):
+        vs_routing(best_table(df), "zipf")
+
+
 def test_best_table_on_the_committed_moe_run():
     from labkit.results import best_table, find_runs
 
