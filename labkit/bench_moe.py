@@ -152,11 +152,14 @@ class MoEBench:
         H, I = self.H, self.I
         return (2 * I * H + H * I) * (0.5 + 1 / 32) + (2 * I + H) * 2
 
+    def touched_bytes(self, sample) -> float:
+        """The expert bytes one call on `sample` reads (its distinct experts')."""
+        return sample.stats()["distinct_experts"] * self.expert_bytes()
+
     def routings(self, sample) -> list[Routing]:
         """The sample and relabeled copies of it (other experts, same counts) until a pass over them touches
         >= 4x L2: the routings of calls(), in its order."""
-        touched = sample.stats()["distinct_experts"] * self.expert_bytes()
-        n = 1 if not ON_GPU else max(1, math.ceil(4 * l2_bytes() / max(touched, 1)))
+        n = 1 if not ON_GPU else max(1, math.ceil(4 * l2_bytes() / max(self.touched_bytes(sample), 1)))
         out = []
         for c in range(n):
             ids = sample.ids.to(device()) if c == 0 else _relabel(sample.ids.to(device()), self.E, seed=c)
@@ -175,7 +178,7 @@ class MoEBench:
             else:
                 calls.append(lambda r=r: moe_mxfp4(x, r, self.w1, self.b1, self.w2, self.b2, variant=case.variant,
                                                    **cfg))
-        return calls, len(routings) * sample.stats()["distinct_experts"] * self.expert_bytes()
+        return calls, len(routings) * self.touched_bytes(sample)
 
     def release(self):
         self.w1 = self.w2 = self.torch_bf16 = None

@@ -248,12 +248,12 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     there is none)."""
     from pathlib import Path
 
+    from kernels import VARIANTS
+
     from .charts import save_figure
     from .gptoss_config import get_model
 
     out = Path(out)
-    from kernels import VARIANTS
-
     rows, streams, fills = [], [], []
     for point, d in df.groupby("point", sort=False):
         rows.append(summarize(d).assign(point=point))
