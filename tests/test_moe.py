@@ -1132,7 +1132,10 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"CHAIN": True, "ATOMIC": True, "SPLITK2": 2, "WAIT_LATE": True},
                                   {"CHAIN": True, "SPLITK2": 2}, {"CHAIN": True, "HALF": True, "SPLITK2": 3},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8},
-                                  {"TMA": 2, "CHAIN": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2}])
+                                  {"TMA": 2, "CHAIN": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2},
+                                  {"TMA": 2, "HALF": True, "BLOCK_M": 32, "MAXNREG": 128},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2,
+                                   "MAXNREG": 128}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
