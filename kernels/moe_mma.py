@@ -1159,6 +1159,5 @@ register(Variant(
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
                 "per word, not 15); HALF: part-filled token tiles on a half-width build; ABSORB: an expert's last "
-                "few tokens in the tile before them; PIPE1: mlp1's gate and linear halves take turns on the tensor "
-                "cores",
+                "few tokens in the tile before them; PIPE1: mlp1's gate and linear halves take turns on the tensor cores",
 ))
