@@ -656,8 +656,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, LWP: gl.constexpr = None,
-                       SWP: gl.constexpr = None):
+                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -683,13 +682,9 @@ if gluon is not None:
         xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M and
         acc the pair (the tile's accumulator, one of those rows); where `absorb` the ring and the loop run with the
         extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
-        whose body then has no branch around a wgmma. LWP, SWP (XT, one chunk per step; moe_mma's PIPE1): acc is
-        the pair of the slot's 64-row halves' accumulators, taking turns on the tensor cores (_g_pipe_run); LWP
-        and SWP are a half's word layouts."""
+        whose body then has no branch around a wgmma."""
         STEP: gl.constexpr = CHUNKS * 16
-        if LWP is not None:  # PIPE's halves
-            BLOCK_N: gl.constexpr = acc[0].shape[0] * 2
-        elif xsm2 is None:
+        if xsm2 is None:
             BLOCK_N: gl.constexpr = acc.shape[0]
         else:  # ABSORB's pair of accumulators
             BLOCK_N: gl.constexpr = acc[0].shape[0]
@@ -706,10 +701,7 @@ if gluon is not None:
             mbarrier.init(bars.index(q), count=1)
         fence_async_shared()
         gl.thread_barrier()
-        if LWP is not None:
-            acc = _g_pipe_run(acc[0], acc[1], wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, xsm, steps, SMAX, STAGES,
-                              A_L, NIB, EARLY, g1, LWP, SWP)
-        elif xsm2 is None:
+        if xsm2 is None:
             acc = _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
                              STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
         else:
@@ -729,11 +721,18 @@ if gluon is not None:
         return acc
 
     @gluon.jit
-    def _g_tma_prologue(wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, STEP: gl.constexpr,
-                        STAGES: gl.constexpr, XBYTES: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None,
-                        xok=None, SEQ: gl.constexpr = False, xsm2=None, xdesc2=None):
-        """The TMA ring's first STAGES - 1 steps issued (EARLY: their weights before the PDL wait, x after it)."""
-        if EARLY:  # no kernel writes the weights
+    def _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX,
+                   STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
+                   NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
+                   tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
+                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None):
+        """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
+        CHUNKS: gl.constexpr = STEP // 16
+        if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
+            XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
+        else:
+            XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
+        if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
                 _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
             _g_pdl_enter()
@@ -746,90 +745,6 @@ if gluon is not None:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
                              XT, g1, xok, SEQ, xsm2, xdesc2)
-
-    @gluon.jit
-    def _g_keep(a, off):
-        """Read a's registers here (a shared store predicated on `off`, 0 at run time but unknown to ptxas: it
-        never runs and costs an issue slot per 4 registers) so they stay allocated up to here. Placed after the
-        wait that retires the wgmma reading them as A: ptxas frees an operand's registers at the HGMMA that reads
-        it and lets later instructions overwrite them while the MMA still runs (Triton hands a wait's deps to
-        ptxas only in an asm comment)."""
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $8, 0; @p st.shared.v4.b32 [$8], {$4, $5, $6, $7}; "
-            "mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; }",
-            "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [a, gl.full(a.shape, 0, gl.int32, a.type.layout) + off],
-            dtype=gl.float16, is_pure=False, pack=8)
-
-    @gluon.jit
-    def _g_tma_half(wsm, ssm, slot, h: gl.constexpr, SMAX, LWP: gl.constexpr, A_L: gl.constexpr,
-                    SWP: gl.constexpr, NIB: gl.constexpr):
-        """PIPE: row half h of ring slot `slot` (one chunk per step; LWP, SWP: a half's word layouts) decoded into
-        wgmma A registers."""
-        NH: gl.constexpr = wsm.shape[1] // 2  # 16-row groups per half
-        v = wsm.index(slot).slice(h * NH, NH)._reinterpret(gl.int32, [NH * 16, 1, 4, 4], SWP).load(LWP)
-        s = ssm.index(slot).slice(h * NH, NH, dim=1)._reinterpret(gl.uint8, [1, NH * 16, 4], gl.SwizzledSharedLayout(
-            1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LWP))
-        return gl.convert_layout(_g_decode_step(v, s, SMAX, NIB), A_L, assert_trivial=True)
-
-    @gluon.jit
-    def _g_pipe_step(c, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0, steps, SMAX,
-                     STAGES: gl.constexpr, LWP: gl.constexpr, A_L: gl.constexpr, SWP: gl.constexpr,
-                     NIB: gl.constexpr, g1=None):
-        """Step c of _g_pipe_run: returns (acc0 retired, acc1 in flight, the A registers half 1's MMA reads)."""
-        slot = c % STAGES
-        gl.thread_barrier()
-        mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words, scales and x landed
-        a0 = _g_tma_half(wsm, ssm, slot, 0, SMAX, LWP, A_L, SWP, NIB)  # under half 1's MMA of step c - 1
-        acc0 = warpgroup_mma(a0, xsm.index(slot).permute((1, 0)), acc0, is_async=True)
-        acc1 = warpgroup_mma_wait(1, deps=[acc1])  # half 1's MMA of step c - 1 retired
-        _g_keep(a1, off)
-        gl.thread_barrier()  # in every warp: slot (c - 1) % STAGES is free
-        _g_tma_issue(xsm, wsm, ssm, bars, 0, 0, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, 16, STAGES, True,
-                     g1)
-        a1 = _g_tma_half(wsm, ssm, slot, 1, SMAX, LWP, A_L, SWP, NIB)  # under half 0's MMA of step c
-        acc1 = warpgroup_mma(a1, xsm.index(slot).permute((1, 0)), acc1, is_async=True)
-        acc0 = warpgroup_mma_wait(1, deps=[acc0])  # half 0's MMA of step c retired
-        _g_keep(a0, off)
-        return acc0, acc1, a1
-
-    @gluon.jit
-    def _g_pipe_run(acc0, acc1, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, xsm, steps, SMAX, STAGES: gl.constexpr,
-                    A_L: gl.constexpr, NIB: gl.constexpr, EARLY: gl.constexpr, g1, LWP: gl.constexpr,
-                    SWP: gl.constexpr):
-        """PIPE (TMA=2, one chunk per step): _g_tma_run with the slot's two 64-row halves in accumulators of
-        their own whose wgmmas take turns, one always in flight: half 1's decode runs under half 0's MMA of the
-        same step and half 0's decode of the next step under half 1's (wait(1) retires the other half's group).
-        The A registers stay allocated to the wait that retires their MMA (_g_keep), so the build holds the same
-        two A halves as one wgmma over both. A slot is refilled once every warp retired the last MMA reading it."""
-        XBYTES: gl.constexpr = xsm.shape[1] * 128 * 2
-        _g_tma_prologue(wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, 0, 0, xsm, steps, 16, STAGES, XBYTES, EARLY,
-                        True, g1)
-        off = (steps < 0).to(gl.int32)  # 0, unknown to ptxas
-        a1 = gl.zeros([acc0.shape[0], 128], gl.float16, A_L)
-        # step 0 on its own: the loop carries half 1's accumulator in flight (a different type than a tensor)
-        acc0, acc1, a1 = _g_pipe_step(0, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0, steps,
-                                      SMAX, STAGES, LWP, A_L, SWP, NIB, g1)
-        for c in range(1, steps):
-            acc0, acc1, a1 = _g_pipe_step(c, acc0, acc1, a1, off, wsm, ssm, bars, xsm, wdesc, sdesc, xdesc, g0, m0,
-                                          steps, SMAX, STAGES, LWP, A_L, SWP, NIB, g1)
-        acc0, acc1 = warpgroup_mma_wait(0, deps=[acc0, acc1])
-        _g_keep(a1, off)
-        return acc0, acc1
-
-    @gluon.jit
-    def _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX,
-                   STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
-                   NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
-                   tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None):
-        """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
-        CHUNKS: gl.constexpr = STEP // 16
-        if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
-            XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
-        else:
-            XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
-        _g_tma_prologue(wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, STEP, STAGES, XBYTES,
-                        EARLY, XT, g1, xok, SEQ, xsm2, xdesc2)
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
@@ -877,8 +792,7 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, LWP: gl.constexpr = None,
-                      SWP: gl.constexpr = None):
+                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -889,8 +803,7 @@ if gluon is not None:
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
         xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
-        tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop). LWP, SWP
-        (TMA=2, moe_mma's PIPE1): the result is the pair of the two 64-row halves' accumulators (_g_pipe_run)."""
+        tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop)."""
         if KL is None:
             KL = K
         if SEQ:
@@ -906,10 +819,6 @@ if gluon is not None:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
                                  A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
                                  xsm2, xdesc2, absorb)
-        elif LWP is not None:
-            half = gl.zeros([BLOCK_N // 2, BLOCK_M], gl.float32, MMA)
-            acc = _g_wg_tma_loop((half, half), wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS,
-                                 STAGES, LW, A_L, SW, NIB, EARLY, True, g1, LWP=LWP, SWP=SWP)
         elif TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
                                  A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)

@@ -480,17 +480,13 @@ if gluon is not None:
                         alpha, limit, act_scale, SMAX, PHASE, False, sorted_ptr, TOPK, False)
 
     @gluon.jit
-    def _g_epi_pair(acc, PHASE: gl.constexpr, EPI: gl.constexpr, acc2=None):
+    def _g_epi_pair(acc, PHASE: gl.constexpr, EPI: gl.constexpr):
         """A WGMMA accumulator [BLOCK_N, tokens] as the epilogue's (acc_a, acc_b) [column, token] in EPI's layout:
         mlp1's gate and linear rows (stacked in acc) as a pair in one thread (the split moves no data); mlp2's
-        rows twice, 8 consecutive rows of a token per thread (one 16-byte store of y). acc2 (mlp1's PIPE1): acc
-        holds the gate rows and acc2 the linear rows."""
+        rows twice, 8 consecutive rows of a token per thread (one 16-byte store of y)."""
         BLOCK_N: gl.constexpr = acc.shape[0]
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI
-        if acc2 is not None:
-            acc_a, acc_b = gl.split(gl.convert_layout(gl.join(acc, acc2), EPI))
-            return gl.convert_layout(acc_a, LP, assert_trivial=True), gl.convert_layout(acc_b, LP, assert_trivial=True)
-        elif PHASE == 1:
+        if PHASE == 1:
             pair = gl.convert_layout(gl.permute(gl.reshape(acc, [2, BLOCK_N // 2, acc.shape[1]]), (1, 2, 0)), EPI)
             acc_a, acc_b = gl.split(pair)
             return gl.convert_layout(acc_a, LP, assert_trivial=True), gl.convert_layout(acc_b, LP, assert_trivial=True)
@@ -523,7 +519,7 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xdesc2=None, LWP: gl.constexpr = None, SWP: gl.constexpr = None):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
@@ -535,9 +531,7 @@ if gluon is not None:
         per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
         mlp2 that runs TAIL (_epilogue). xdesc2 (ABSORB, TMA=2): the box of x's EXTRA rows after BLOCK_M; a tile
         running past BLOCK_M tokens (tile_rows' last tile of its expert, absorbing the one after it) multiplies
-        them into a second accumulator on the same decoded weights and stores them by a second epilogue. LWP, SWP
-        (mlp1's PIPE1, TMA=2): the gate and the linear rows in accumulators of their own whose wgmmas take turns
-        (kernels.linear_mma._g_pipe_run; a 64-row half's word layouts)."""
+        them into a second accumulator on the same decoded weights and stores them by a second epilogue."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -600,15 +594,12 @@ if gluon is not None:
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
-                            xtofs=xtofs, xdesc2=xdesc2, absorb=end - m0 > BLOCK_M, LWP=LWP, SWP=SWP)
-        acc2 = None
+                            xtofs=xtofs, xdesc2=xdesc2, absorb=end - m0 > BLOCK_M)
         if xdesc2 is not None:
             acc, acc_x = acc
-        elif LWP is not None:
-            acc, acc2 = acc
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
-        acc_a, acc_b = _g_epi_pair(acc, PHASE, EPI, acc2)
+        acc_a, acc_b = _g_epi_pair(acc, PHASE, EPI)
         if not EPI_EARLY and PHASE == 1:  # in the order the loads had in one epilogue (the same build)
             rme = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LP))
             tok = _g_epi_token(rme, end, xs_ptr, sorted_ptr, gate_ptr, TOPK, SMAX, PHASE)
@@ -646,8 +637,7 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None,
-                       LWP: gl.constexpr = None, SWP: gl.constexpr = None):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -672,8 +662,7 @@ if gluon is not None:
         TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
         SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
         combine sums the slices in order). xdesc2 (ABSORB): tiles numbered by tile_rows' EXTRA (its box's rows),
-        the x box of a tile's rows past BLOCK_M (_g_wg_tile). LWP, SWP (mlp1's PIPE1): the full-width tiles' gate
-        and linear rows take turns on the tensor cores (_g_wg_tile)."""
+        the x box of a tile's rows past BLOCK_M (_g_wg_tile)."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -709,7 +698,7 @@ if gluon is not None:
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
                               gl.program_id(1), gl.program_id(0), gl.num_programs(0), WAIT_LATE=WAIT_LATE,
-                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2, LWP=LWP, SWP=SWP)
+                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -725,7 +714,7 @@ if gluon is not None:
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xdesc2=None, LWP: gl.constexpr = None, SWP: gl.constexpr = None):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         if xdesc2 is None:
@@ -747,16 +736,14 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2,
-                               LWP=LWP, SWP=SWP)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2,
-                           LWP=LWP, SWP=SWP)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
         return live
 
 
@@ -840,9 +827,6 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                 xdesc2 = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [extra_rows, 128 * cfg["CHUNKS"]],
                                           gl.NVMMASharedLayout.get_default_for([extra_rows, 128 * cfg["CHUNKS"]],
                                                                                gl.float16))
-        pipe = {}
-        if cfg.get("PIPE1") and phase == 1:  # a 64-row half's word layouts
-            pipe = dict(LWP=wg_layouts(BM, 1, 1, nw)[0], SWP=wg_ring_layouts(BM, 1, 1, nw)[0])
         tails = {}
         if cfg.get("TAIL"):  # tail_half's copy of the expert stack: expert e's groups from e * G
             tw, ts = tail_half(p)
@@ -855,8 +839,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
-                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2,
-                             **pipe)
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -874,7 +857,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False, ABSORB=0, PIPE1=False):
+                MAXNREG2=None, TAIL=False, ABSORB=0):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -944,12 +927,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     takes those rows as a second TMA box into a second accumulator, multiplied on the same decoded weights, and
     stores them by a second epilogue. Such a tile cost a program almost as long as a full one (it decodes the
     same weights): 27.6 against 35.4 us on 20b at 512 tokens, where uniform routing made 675 of 2160 mlp1
-    programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform). PIPE1 (mlp1, WGMMA,
-    TMA=2, ROWS=2, CHUNKS=1, not ABSORB or PERSIST1; compiled builds only): a full-width tile's gate and linear
-    rows in accumulators of their own whose wgmmas take turns, one always in flight, so each half's decode runs
-    under the other half's MMA (kernels.linear_mma._g_pipe_run) instead of every step waiting for its MMA before
-    the next decode; the stop-67 profile of 20b at 512 tokens put 17.4% of the warps' samples on that wait
-    (results/20261129T054907-h200-ncu-moe-stalls-large).
+    programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -968,7 +946,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PIPE1=PIPE1)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
@@ -1122,20 +1100,6 @@ def _rule_absorb(cfg, problem):
     return None
 
 
-def _rule_pipe(cfg, problem):
-    """PIPE1 splits mlp1's TMA=2 slot (one chunk per step) into its gate and linear halves of 64 rows, one
-    accumulator each (ROWS=2 with 4 warps), on the non-persistent grid without ABSORB's second accumulator."""
-    if not cfg.get("PIPE1"):
-        return None
-    if not cfg.get("WGMMA") or cfg.get("TMA") != 2 or cfg["CHUNKS"] != 1:
-        return "PIPE1 applies only with WGMMA, TMA=2 and CHUNKS=1 (one chunk's halves per step)"
-    if cfg["ROWS"] * cfg["num_warps"] != 8:
-        return "PIPE1 takes mlp1's 128 weight rows as two 64-row halves (ROWS=2, num_warps=4)"
-    if cfg.get("ABSORB") or cfg.get("PERSIST1"):
-        return "PIPE1 runs without ABSORB and PERSIST1"
-    return None
-
-
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
@@ -1146,18 +1110,18 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True), "ABSORB": (0, 8, 16), "PIPE1": (False, True)},
+           "TAIL": (False, True), "ABSORB": (0, 8, 16)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0, "PIPE1": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, _rule_pipe, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
                 "per word, not 15); HALF: part-filled token tiles on a half-width build; ABSORB: an expert's last "
-                "few tokens in the tile before them; PIPE1: mlp1's gate and linear halves take turns on the tensor cores",
+                "few tokens in the tile before them",
 ))

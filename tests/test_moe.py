@@ -776,31 +776,6 @@ def test_moe_mma_absorbed_tiles_are_bit_identical(device):
     assert "PERSIST1" in v.reason({**ok, "PERSIST1": 4}, problem)
 
 
-def test_moe_mma_pipe1_halves_are_bit_identical(device):
-    """PIPE1 runs mlp1's gate and linear halves (64 rows each) in accumulators of their own whose wgmmas take
-    turns: each output element sums the same K steps in the same order, so the bits do not change (K = 288: 3
-    steps through rings of 2 and 3 slots; with CHAIN, HALF, EPI_EARLY, WAIT_LATE=2 and a register cap; tiles of
-    16-64 tokens). The interpreter runs the same arithmetic either way: on the CPU this checks the plumbing and
-    the rules."""
-    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2,
-           "TMA": 2}
-    dw, x, r, ref = odd_layer(23, 70, 6, device)
-    for extra in ({"BLOCK_M": 16, "STAGES": 3, "CHAIN": True},
-                  {"BLOCK_M": 32, "STAGES": 2, "HALF": True, "EPI_EARLY": 2},
-                  {"BLOCK_M": 64, "STAGES": 2, "CHAIN": True, "WAIT_LATE": 2, "EPI_EARLY": 1, "MAXNREG": 168}):
-        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
-        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, PIPE1=True), y), extra
-        assert rel_err(y, ref) < TOL
-    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    ok = {**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 3, "PIPE1": True}
-    assert v.reason(ok, problem) is None
-    assert "TMA=2" in v.reason({**ok, "TMA": True}, problem)
-    assert "CHUNKS=1" in v.reason({**ok, "CHUNKS": 2}, problem)
-    assert "two 64-row halves" in v.reason({**ok, "ROWS": 1}, problem)
-    assert "ABSORB" in v.reason({**ok, "ABSORB": 8}, problem)
-    assert "PERSIST1" in v.reason({**ok, "PERSIST1": 4}, problem)
-
-
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
@@ -1160,8 +1135,7 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"TMA": 2, "CHAIN": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2},
                                   {"TMA": 2, "HALF": True, "BLOCK_M": 32, "MAXNREG": 128},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2,
-                                   "MAXNREG": 128},
-                                  {"TMA": 2, "CHAIN": True, "PIPE1": True, "BLOCK_M": 32, "STAGES": 2}])
+                                   "MAXNREG": 128}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
