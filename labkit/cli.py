@@ -80,6 +80,11 @@ def cmd_sass(args) -> int:
         print("  " + ", ".join(f"{k} {v}" for k, v in r["mix"].items()))
         if r["tensor_core"]:
             print("  tensor cores: " + ", ".join(f"{k} x{v}" for k, v in r["tensor_core"].items()))
+        if args.loops:
+            for lp in r["mma_loops"]:
+                print(f"  loop at {lp['first']}: {lp['instructions']} instructions, {lp['bar_sync']} BAR.SYNC, "
+                      f"{lp['mbarrier_waits']} mbarrier waits, {lp['tma_copies']} TMA copies; "
+                      + ", ".join(f"{k} x{v}" for k, v in lp["tensor_core"].items()))
         for h in r["wgmma_hazards"]:
             print(f"  WGMMA HAZARD: {h}")
     return 1 if hazard else 0
@@ -666,6 +671,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="comma-separated NAME=VALUE over the variant's defaults")
     p.add_argument("--arch", type=int, help="compute capability as 90, 100, 120 (default: this GPU or 90)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--loops", action="store_true",
+                   help="also each innermost tensor-core loop: instructions, CTA barriers, mbarrier waits, TMA "
+                        "copies, MMA shapes (a build with HALF or ABSORB has several K loops)")
     p.set_defaults(func=cmd_sass)
 
     p = sub.add_parser("timeline", help="per-program timeline of moe_mma layers (GPU), or of a stored run (--from)")

@@ -275,6 +275,29 @@ def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     return end + 1 - start, mix
 
 
+def mma_loops(sass: str) -> list[dict]:
+    """Every innermost loop holding a tensor-core instruction (EXIT spans excluded, as main_loop_mix), in address
+    order: its first instruction's index, instructions per pass, CTA barriers (BAR.SYNC), mbarrier waits, TMA
+    copies and tensor-core instructions by shape. Why: a kernel with several K loops (moe_mma's HALF build, an
+    ABSORB tile's loop beside the plain one) has no single main loop, and comparing two builds loop by loop is
+    how a change in one of them shows (the ABSORB build's plain loop: 389 against 383 instructions)."""
+    instrs, labels = _instructions(sass)
+    loops = {lp for lp in _loops(instrs, labels)
+             if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])
+             and any(_TENSOR_CORE.search(ins) for ins in instrs[lp[0]:lp[1] + 1])}
+    inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]
+    out = []
+    for a, b in sorted(inner):
+        body = [_unpredicated(ins) for ins in instrs[a:b + 1]]
+        out.append({"first": a, "instructions": b + 1 - a,
+                    "bar_sync": sum(ins.startswith("BAR.SYNC") for ins in body),
+                    "mbarrier_waits": sum(ins.startswith("SYNCS.PHASECHK") for ins in body),
+                    "tma_copies": sum(ins.startswith("UTMALDG") for ins in body),
+                    "tensor_core": dict(collections.Counter(m.group(0) for ins in body
+                                                            for m in _TENSOR_CORE.finditer(ins)))})
+    return out
+
+
 def _instructions(sass: str) -> tuple[list[str], dict[str, int]]:
     """SASS instruction texts in address order and each label's index."""
     labels, instrs = {}, []
@@ -386,6 +409,6 @@ def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int 
         occ = programs_per_sm(res["regs"], res["shared"], kern.metadata.num_warps, target) if "regs" in res else None
         rows.append({"kernel": name.split(".")[-1], **res, "loop_instructions": loop,
                      "num_warps": kern.metadata.num_warps, "per_sm": occ, "mix": dict(mix.most_common(12)),
-                     "tensor_core": tensor_core_ops(sass),
+                     "tensor_core": tensor_core_ops(sass), "mma_loops": mma_loops(sass),
                      "wgmma_hazards": wgmma_hazards(sass)})
     return rows

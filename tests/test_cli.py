@@ -154,6 +154,24 @@ def test_main_loop_is_not_an_mbarrier_retry_span():
     assert n == 6 and mix["HGMMA"] == 1 and "STG" not in mix
 
 
+def test_mma_loops_lists_each_innermost_tensor_core_loop():
+    """mma_loops reports the K loop inside the retry span (not the span), with its tensor-core shapes and its
+    mbarrier wait; two K loops of different widths are two rows."""
+    from labkit.compile import mma_loops
+
+    loops = mma_loops(RETRY_AFTER_EXIT)
+    assert len(loops) == 1 and loops[0]["instructions"] == 6 and loops[0]["mbarrier_waits"] == 1
+    assert loops[0]["tensor_core"] == {"HGMMA.64x16x16.F32": 1} and loops[0]["bar_sync"] == 0
+    two = RETRY_AFTER_EXIT.replace("        /*0070*/", """.L_x_4:
+        /*0068*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0069*/                   HGMMA.64x32x16.F32 R24, R40, gdesc[UR8], R24, gsb0 ;
+        /*006a*/               @P1 BRA `(.L_x_4) ;
+        /*0070*/""")
+    loops = mma_loops(two)
+    assert [lp["tensor_core"] for lp in loops] == [{"HGMMA.64x16x16.F32": 1}, {"HGMMA.64x32x16.F32": 1}]
+    assert loops[1]["bar_sync"] == 1 and loops[1]["instructions"] == 3
+
+
 FAKE_LOOP = """
 .L_x_1:
         /*0010*/                   WARPGROUP.ARRIVE ;
