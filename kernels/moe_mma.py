@@ -46,7 +46,7 @@ from .linear_mma import (
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
-from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
+from .prepare import pair_groups, shuffle_nibbles, step_major, tail_half, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, take_item, wait_count
 from .trace import trace_args, trace_end, trace_mark
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -519,7 +519,7 @@ if gluon is not None:
                    LW: gl.constexpr, MMA: gl.constexpr, LXCP: gl.constexpr, SX: gl.constexpr,
                    SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1, KS=0,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None, PAIRED: gl.constexpr = False):
         """One live token tile of _moe_wg_kernel (its K loop and epilogue) on a BLOCK_M-wide build (TRACE: CHAIN's
         wait marks the program's record in trace_ptr again past it), the N tile's program pid_n of the tile's NT.
         SPLITK > 1 (mlp2, ATOMIC): pid_n is the N tile times SPLITK plus the K slice, which multiplies K from
@@ -531,7 +531,9 @@ if gluon is not None:
         per expert), against x's (or act's) half_tail columns from K // 128 * 128; TAIL_OUT (mlp1): act stored for an
         mlp2 that runs TAIL (_epilogue). xdesc2 (ABSORB, TMA=2): the box of x's EXTRA rows after BLOCK_M; a tile
         running past BLOCK_M tokens (tile_rows' last tile of its expert, absorbing the one after it) multiplies
-        them into a second accumulator on the same decoded weights and stores them by a second epilogue."""
+        them into a second accumulator on the same decoded weights and stores them by a second epilogue.
+        PAIRED (mlp1, TMA): the weight's groups are prepare.pair_groups' (a program's gate and linear groups
+        adjacent), so its rows are one box of each kind from g0."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -568,7 +570,7 @@ if gluon is not None:
         g0 = 0
         g1 = None
         if TMA:
-            if PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
+            if PHASE == 1 and not PAIRED:  # the gate rows' groups, and the linear rows' in the second half
                 g0 = e * GE + pn * (BLOCK_N // 32)
                 g1 = g0 + GE // 2
             else:
@@ -637,7 +639,8 @@ if gluon is not None:
                        SM: gl.constexpr = False, GT=0, ATOMIC: gl.constexpr = False, SPLITK: gl.constexpr = 1,
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
-                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None):
+                       TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None,
+                       PAIRED: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -662,7 +665,7 @@ if gluon is not None:
         TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
         SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
         combine sums the slices in order). xdesc2 (ABSORB): tiles numbered by tile_rows' EXTRA (its box's rows),
-        the x box of a tile's rows past BLOCK_M (_g_wg_tile)."""
+        the x box of a tile's rows past BLOCK_M (_g_wg_tile). PAIRED (mlp1, TMA): _g_wg_tile's."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
@@ -681,7 +684,7 @@ if gluon is not None:
                            TILED, STAGES, RING_W, LW, MMA, LXCP, SX, EPI, SW, SS, LSC, NIB, chain_ptr, TILES, NEED,
                            CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE, HALF, xdesc_h,
                            LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS, w // NT, w % NT, NT, WAIT_LATE,
-                           tails, TAIL, TAIL_OUT)
+                           tails, TAIL, TAIL_OUT, PAIRED=PAIRED)
                 if TICKET:
                     w = _g_take_item(ticket_ptr, total, gl.num_programs(0))
                 else:
@@ -698,7 +701,7 @@ if gluon is not None:
                               TILES, NEED, CHAIN, EPI_EARLY, XSKIP, wdesc, sdesc, xdesc, GE, TMA, trace_ptr, TRACE,
                               HALF, xdesc_h, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
                               gl.program_id(1), gl.program_id(0), gl.num_programs(0), WAIT_LATE=WAIT_LATE,
-                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
+                              tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2, PAIRED=PAIRED)
         if TRACE:
             _g_trace_end(trace_ptr, live)
 
@@ -714,7 +717,7 @@ if gluon is not None:
                    MMA_H: gl.constexpr, LXCP_H: gl.constexpr, SX_H: gl.constexpr, SM: gl.constexpr, GT,
                    ATOMIC: gl.constexpr, SPLITK: gl.constexpr, KS, tile, pid_n, NT,
                    WAIT_LATE: gl.constexpr = False, tails=None, TAIL: gl.constexpr = False,
-                   TAIL_OUT: gl.constexpr = False, xdesc2=None):
+                   TAIL_OUT: gl.constexpr = False, xdesc2=None, PAIRED: gl.constexpr = False):
         """One program's work of _moe_wg_kernel: token tile `tile` (if the routing has it; returned), N tile
         program pid_n of the tile's NT."""
         if xdesc2 is None:
@@ -729,21 +732,23 @@ if gluon is not None:
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc_h, BLOCK_M // 2, LW_H, MMA_H, LXCP_H, SX_H, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, PAIRED=PAIRED)
                 else:
                     _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                                OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                                chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                                TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                                xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
+                               WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2,
+                               PAIRED=PAIRED)
             else:
                 _g_wg_tile(x_ptr, xs_ptr, sorted_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, KP,
                            OUTW, TOPK, alpha, limit, act_scale, SMAX, WE, SE, e, m0, end, tile, pid_n, NT,
                            chain_ptr, TILES, NEED, wdesc, sdesc, GE, trace_ptr, PHASE, BLOCK_N, CHUNKS,
                            TILED, STAGES, RING_W, EPI, SW, SS, LSC, NIB, CHAIN, EPI_EARLY, XSKIP, TMA, TRACE,
                            xdesc, BLOCK_M, LW, MMA, LXCP, SX, SM, GT, ATOMIC, SPLITK, KS,
-                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2)
+                           WAIT_LATE=WAIT_LATE, tails=tails, TAIL=TAIL, TAIL_OUT=TAIL_OUT, xdesc2=xdesc2,
+                           PAIRED=PAIRED)
         return live
 
 
@@ -803,8 +808,11 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         tma = int(cfg.get("TMA") or 0)
         sm = bool(cfg.get("STEP_MAJOR"))
         wdesc = sdesc = xdesc = None
-        if tma:  # mlp1's tile is two boxes of each kind: its gate rows and its linear rows
-            wdesc, sdesc = tma_descriptors(p, BN // 16 // (2 if phase == 1 else 1), cfg["CHUNKS"], sm)
+        paired = bool(cfg.get("PAIRED")) and phase == 1 and bool(tma)
+        pt = pair_groups(p, BN // 32) if paired else p  # what the TMA boxes read
+        if tma:  # mlp1's tile is two boxes of each kind (its gate rows and its linear rows), or one PAIRED
+            wdesc, sdesc = tma_descriptors(pt, BN // 16 // (2 if phase == 1 and not paired else 1), cfg["CHUNKS"],
+                                           sm)
         gt = 0
         ring_sm = sm and not tma  # TMA's boxes find the copy through their descriptors, the cp.async ring here
         if ring_sm:  # expert e's group g is group e * G + g of every chunk
@@ -834,12 +842,13 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
-                             wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
+                             wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=pt.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
-                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2)
+                             TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2,
+                             PAIRED=paired)
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -857,7 +866,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False, ABSORB=0):
+                MAXNREG2=None, TAIL=False, ABSORB=0, PAIRED=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -927,7 +936,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     takes those rows as a second TMA box into a second accumulator, multiplied on the same decoded weights, and
     stores them by a second epilogue. Such a tile cost a program almost as long as a full one (it decodes the
     same weights): 27.6 against 35.4 us on 20b at 512 tokens, where uniform routing made 675 of 2160 mlp1
-    programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform).
+    programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform). PAIRED (WGMMA, TMA,
+    CHUNKS=1; compiled builds only): mlp1's TMA boxes read prepare.pair_groups' copy of w1, where a program's gate
+    and linear groups sit together, so each step copies one box of words and one of scale bytes instead of two
+    of each: Triton 3.6 puts a CTA barrier after every TMA copy of the ring, and mlp1's loop had 8 barriers and
+    389 sm_90 instructions a step against mlp2's 6 and 350 (`./lab sass --loops`). Costs a copy of w1.
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -946,7 +959,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PAIRED=PAIRED)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
@@ -1100,6 +1113,13 @@ def _rule_absorb(cfg, problem):
     return None
 
 
+def _rule_paired(cfg, problem):
+    """PAIRED changes which groups mlp1's TMA boxes read (one box of a program's gate and linear rows)."""
+    if cfg.get("PAIRED") and not (cfg.get("WGMMA") and cfg.get("TMA")):
+        return "PAIRED applies only with WGMMA and TMA"
+    return None
+
+
 register(Variant(
     name="moe_mma", kind="moe", op="moe", fn=run_moe_mma,
     space={"BLOCK_M": (8, 16, 32, 64, 128), "ROWS": (1, 2), "CHUNKS": (1, 2, 4), "PREFETCH": (False, True),
@@ -1110,18 +1130,18 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True), "ABSORB": (0, 8, 16)},
+           "TAIL": (False, True), "ABSORB": (0, 8, 16), "PAIRED": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0, "PAIRED": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
-           _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, rule_scale_span),
+           _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, _rule_paired, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "
                 "tiles of BLOCK_M (gemv_mma's K loop); mlp1's gate and linear rows as two accumulators; WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
                 "per word, not 15); HALF: part-filled token tiles on a half-width build; ABSORB: an expert's last "
-                "few tokens in the tile before them",
+                "few tokens in the tile before them; PAIRED: one TMA box for mlp1's gate and linear rows",
 ))

@@ -776,6 +776,25 @@ def test_moe_mma_absorbed_tiles_are_bit_identical(device):
     assert "PERSIST1" in v.reason({**ok, "PERSIST1": 4}, problem)
 
 
+def test_moe_mma_paired_boxes_are_bit_identical(device):
+    """PAIRED reads mlp1's weights through prepare.pair_groups' copy, one TMA box of a program's gate and linear
+    rows: the same rows land in the same slot halves, so the bits do not change (TMA and TMA=2, with CHAIN, HALF,
+    ABSORB, STEP_MAJOR; I = 160 leaves a half-empty last block). The interpreter runs the same arithmetic either
+    way: on the CPU this checks the plumbing and the rule."""
+    cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2}
+    dw, x, r, ref = odd_layer(23, 70, 6, device)
+    for extra in ({"BLOCK_M": 16, "STAGES": 3, "TMA": True},
+                  {"BLOCK_M": 32, "STAGES": 3, "TMA": 2, "CHAIN": True, "HALF": True, "EPI_EARLY": 2},
+                  {"BLOCK_M": 16, "STAGES": 2, "TMA": 2, "CHAIN": True, "ABSORB": 8, "STEP_MAJOR": True}):
+        y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
+        assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, PAIRED=True), y), extra
+        assert rel_err(y, ref) < TOL
+    v, problem = K.VARIANTS["moe_mma"], {"op": "moe", "m": 64, "experts": 8, "top_k": 2, "n": 192, "k": 64}
+    ok = {**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 3, "TMA": 2, "PAIRED": True}
+    assert v.reason(ok, problem) is None
+    assert "only with WGMMA and TMA" in v.reason({**ok, "TMA": False}, problem)
+
+
 @pytest.mark.parametrize("tokens", [5, 70])
 def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     """EPI_EARLY moves the epilogue's loads (1: token scales or gate weights; 2: biases too) ahead of the K loop
@@ -1059,6 +1078,32 @@ def test_tail_half_of_an_expert_stack_is_each_experts(device):
         assert torch.equal(tw[e * G:(e + 1) * G], ew) and torch.equal(ts[:, e * G:(e + 1) * G], es)
 
 
+def test_pair_groups_puts_each_blocks_gate_and_linear_groups_together(device):
+    """pair_groups over mlp1's deinterleaved expert stack: per expert, block b of the copy is gate groups
+    b * block .. and then the linear groups of the same columns (zero groups past each half's end), words and
+    scale bytes alike; anything but a deinterleaved tiled copy is refused."""
+    from kernels.prepare import pair_groups
+
+    w = K.quantize_mxfp4(torch.randn(2, 2 * 40, 256, generator=torch.Generator().manual_seed(5))).to(device)
+    t = K.tile_mxfp4(w, deinterleave=True)
+    half = t.words.shape[-4] // 2  # 3 groups of 16 gate rows (40 padded to 48)
+    q = pair_groups(t, 2)
+    assert q.words.shape[-4] == 8 and q.scales.shape[-4] == 8 and pair_groups(t, 2) is q
+    for e in range(2):
+        for b in range(2):
+            for which, base in ((0, 0), (1, half)):
+                for i in range(2):
+                    src = b * 2 + i
+                    got_w = q.words[e, b * 4 + which * 2 + i]
+                    got_s = q.scales[e, b * 4 + which * 2 + i]
+                    if src < half:
+                        assert torch.equal(got_w, t.words[e, base + src]) and torch.equal(got_s, t.scales[e, base + src])
+                    else:
+                        assert not got_w.any() and not got_s.any()
+    with pytest.raises(ValueError, match="deinterleaved"):
+        pair_groups(K.tile_mxfp4(w), 2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("h,i", [(320, 192), (320, 256), (256, 192), (2880, 2880)])
 @pytest.mark.parametrize("cfg", range(len(TAIL_CONFIGS)))
@@ -1135,7 +1180,8 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"TMA": 2, "CHAIN": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2},
                                   {"TMA": 2, "HALF": True, "BLOCK_M": 32, "MAXNREG": 128},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2,
-                                   "MAXNREG": 128}])
+                                   "MAXNREG": 128},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PAIRED": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
