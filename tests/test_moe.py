@@ -1097,7 +1097,8 @@ def test_pair_groups_puts_each_blocks_gate_and_linear_groups_together(device):
                     got_w = q.words[e, b * 4 + which * 2 + i]
                     got_s = q.scales[e, b * 4 + which * 2 + i]
                     if src < half:
-                        assert torch.equal(got_w, t.words[e, base + src]) and torch.equal(got_s, t.scales[e, base + src])
+                        assert torch.equal(got_w, t.words[e, base + src])
+                        assert torch.equal(got_s, t.scales[e, base + src])
                     else:
                         assert not got_w.any() and not got_s.any()
     with pytest.raises(ValueError, match="deinterleaved"):
