@@ -513,8 +513,10 @@ if gluon is not None:
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
         past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
-        step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind. SEQ:
-        the words' box lands chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
+        step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind; with
+        tma_descriptors(paired=...)'s 4-D views (moe_mma's PAIRED) one box of each kind lands both halves, g0 the
+        expert's gate half (2 e) and g1 the program's first group in each half. SEQ: the words' box lands
+        chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
         slot = c % STAGES
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
@@ -527,6 +529,12 @@ if gluon is not None:
         elif g1 is None:
             tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
             tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+        elif len(wdesc.block_shape) == 4:  # PAIRED: [half, group, chunk, word] boxes of both halves
+            H: gl.constexpr = wsm.shape[1] // 2
+            tma.async_copy_global_to_shared(wdesc, [g0, g1, c, 0], bar, wsm.index(slot)._reinterpret(
+                gl.int32, [2, H, 1, 256], wdesc.layout), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c, g0, g1, 0], bar, ssm.index(slot)._reinterpret(
+                gl.uint8, [1, 2, H, 64], sdesc.layout), pred=live)
         else:
             H: gl.constexpr = wsm.shape[1] // 2
             tma.async_copy_global_to_shared(wdesc, [g0, c, 0], bar, wsm.index(slot).slice(0, H), pred=live)
@@ -684,6 +692,9 @@ if gluon is not None:
         extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
         whose body then has no branch around a wgmma."""
         STEP: gl.constexpr = CHUNKS * 16
+        # the slots' plain (unswizzled) layouts, as every tma_descriptors box lands (a PAIRED box reinterprets them)
+        PLAIN_W: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
+        PLAIN_S: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
         if xsm2 is None:
             BLOCK_N: gl.constexpr = acc.shape[0]
         else:  # ABSORB's pair of accumulators
@@ -692,10 +703,10 @@ if gluon is not None:
         if tdesc is not None:
             steps = KW // STEP
         if SEQ:
-            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, CHUNKS, BLOCK_N // 16, 256], wdesc.layout)
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, CHUNKS, BLOCK_N // 16, 256], PLAIN_W)
         else:
-            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], wdesc.layout)
-        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], sdesc.layout)
+            wsm = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N // 16, CHUNKS, 256], PLAIN_W)
+        ssm = gl.allocate_shared_memory(gl.uint8, [STAGES, CHUNKS, BLOCK_N // 16, 64], PLAIN_S)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(bars.index(q), count=1)
@@ -1004,16 +1015,32 @@ def ring_layouts(BLOCK_M: int, ROWS: int, CHUNKS: int, num_warps: int):
     return gl.SharedLinearLayout(w), gl.SharedLinearLayout(x), copy
 
 
-def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False, chunk_major: bool = False):
+def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False, chunk_major: bool = False,
+                    paired: bool = False):
     """(words, scales) TMA descriptors of tile_mxfp4's copy p for boxes of NG 16-row groups and CHUNKS chunks:
     words viewed [G, KC, 256] (a box lands group, chunk, row, word: RING_W's slot order), scales [KC, G, 64]
     (a box lands chunk-major, as RING_W's scale slot); groups past G read as zeros. An expert stack [E, N, K]
     is viewed as E * G groups (expert e's group g is e * G + g). step_major_copy: the same views of
     prepare.step_major's copy (chunks outermost in memory), so the boxes land exactly as they do from p.
     chunk_major (SEQ): words viewed [KC, G, 256], so a box lands chunk by chunk, each as a one-chunk box would.
+    paired (moe_mma's PAIRED, mlp1's deinterleaved copy, one chunk per step): 4-D views with the gate and linear
+    halves of each expert as a dimension, words [2 E, G / 2, KC, 256] and scales [KC, 2 E, G / 2, 64], so a box of
+    [2, NG / 2] groups lands a program's NG / 2 gate groups and then the same columns' linear groups, as the two
+    3-D boxes of each kind did: one TMA copy of each kind instead of two, and Triton 3.6 puts a CTA barrier after
+    every copy of the ring (mlp1's sm_90 loop 383 -> 343 instructions, 8 -> 6 barriers: `./lab sass --loops`).
     Made once per box shape and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
-    key = (NG, CHUNKS, step_major_copy, chunk_major)
+    key = (NG, CHUNKS, step_major_copy, chunk_major, paired)
+    if paired and key not in cache:
+        if not p.deinterleaved or step_major_copy or chunk_major or CHUNKS != 1:
+            raise ValueError("paired boxes read mlp1's deinterleaved tiled copy, one chunk per step")
+        halves, KC = 2 * p.words.shape[:-3].numel() // p.words.shape[-4], p.words.shape[-3]
+        GH = p.words.shape[-4] // 2  # groups per half
+        cache[key] = (
+            TensorDescriptor(p.words, [halves, GH, KC, 256], [GH * KC * 256, KC * 256, 256, 1], [2, NG // 2, 1, 256],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=4)),
+            TensorDescriptor(p.scales, [KC, halves, GH, 64], [64, GH * KC * 64, KC * 64, 1], [1, 2, NG // 2, 64],
+                             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=4)))
     if key not in cache:
         G, KC = p.words.shape[:-3].numel(), p.words.shape[-3]
         words, scales = step_major(p) if step_major_copy else (p.words, p.scales)

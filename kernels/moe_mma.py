@@ -46,7 +46,7 @@ from .linear_mma import (
     wgmma_reason,
 )
 from .moe import MoESlots, act16_scale, expert_span, swiglu, tile_count, tile_rows, tile_slots, word_major_pos
-from .prepare import pair_groups, shuffle_nibbles, step_major, tail_half, tile_mxfp4
+from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
 from .sync import consume, proxy_fence_global, scratch, signal_count, take_item, wait_count
 from .trace import trace_args, trace_end, trace_mark
 from .variants import Variant, register, rule_pow2, rule_scale_span
@@ -532,8 +532,8 @@ if gluon is not None:
         mlp2 that runs TAIL (_epilogue). xdesc2 (ABSORB, TMA=2): the box of x's EXTRA rows after BLOCK_M; a tile
         running past BLOCK_M tokens (tile_rows' last tile of its expert, absorbing the one after it) multiplies
         them into a second accumulator on the same decoded weights and stores them by a second epilogue.
-        PAIRED (mlp1, TMA): the weight's groups are prepare.pair_groups' (a program's gate and linear groups
-        adjacent), so its rows are one box of each kind from g0."""
+        PAIRED (mlp1, TMA): its rows are one box of each kind (tma_descriptors(paired=True)'s 4-D views: the
+        expert's gate half g0 = 2 e and the program's groups g1 in each half)."""
         COLS: gl.constexpr = BLOCK_N // 2 if PHASE == 1 else BLOCK_N
         LP: gl.constexpr = gl.SliceLayout(2, EPI) if PHASE == 1 else EPI  # the epilogue's [column, token]
         pn = pid_n
@@ -570,7 +570,10 @@ if gluon is not None:
         g0 = 0
         g1 = None
         if TMA:
-            if PHASE == 1 and not PAIRED:  # the gate rows' groups, and the linear rows' in the second half
+            if PAIRED:  # the expert's gate half, and the program's groups in each half (4-D boxes)
+                g0 = 2 * e
+                g1 = pn * (BLOCK_N // 32)
+            elif PHASE == 1:  # the gate rows' groups, and the linear rows' in the second half
                 g0 = e * GE + pn * (BLOCK_N // 32)
                 g1 = g0 + GE // 2
             else:
@@ -809,10 +812,9 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         sm = bool(cfg.get("STEP_MAJOR"))
         wdesc = sdesc = xdesc = None
         paired = bool(cfg.get("PAIRED")) and phase == 1 and bool(tma)
-        pt = pair_groups(p, BN // 32) if paired else p  # what the TMA boxes read
         if tma:  # mlp1's tile is two boxes of each kind (its gate rows and its linear rows), or one PAIRED
-            wdesc, sdesc = tma_descriptors(pt, BN // 16 // (2 if phase == 1 and not paired else 1), cfg["CHUNKS"],
-                                           sm)
+            wdesc, sdesc = tma_descriptors(p, BN // 16 if paired else BN // 16 // (2 if phase == 1 else 1),
+                                           cfg["CHUNKS"], sm, paired=paired)
         gt = 0
         ring_sm = sm and not tma  # TMA's boxes find the copy through their descriptors, the cp.async ring here
         if ring_sm:  # expert e's group g is group e * G + g of every chunk
@@ -842,7 +844,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
         _moe_wg_kernel[grid](*args, **meta, STAGES=cfg["STAGES"], RING_W=cfg["RING_W"], LW=LW, MMA=MMA,
                              LXCP=LXCP, SX=SX, EPI=EPI, SW=SW, SS=SS, LSC=LSC, num_warps=nw,
                              EPI_EARLY=int(cfg.get("EPI_EARLY") or 0), XSKIP=bool(cfg.get("XSKIP")), **chained,
-                             wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=pt.words.shape[-4] if tma else 0, TMA=tma,
+                             wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, GE=p.words.shape[-4] if tma else 0, TMA=tma,
                              **trace_args(f"mlp{phase}", grid, r.offsets), HALF=half, xdesc_h=xdesc_h, LW_H=LW_H,
                              MMA_H=MMA_H, LXCP_H=LXCP_H, SX_H=SX_H, SM=ring_sm, GT=gt,
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
@@ -937,10 +939,11 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     stores them by a second epilogue. Such a tile cost a program almost as long as a full one (it decodes the
     same weights): 27.6 against 35.4 us on 20b at 512 tokens, where uniform routing made 675 of 2160 mlp1
     programs such tiles of 1-16 tokens (results/20261129T101256-h200-moe-timeline-uniform). PAIRED (WGMMA, TMA,
-    CHUNKS=1; compiled builds only): mlp1's TMA boxes read prepare.pair_groups' copy of w1, where a program's gate
-    and linear groups sit together, so each step copies one box of words and one of scale bytes instead of two
-    of each: Triton 3.6 puts a CTA barrier after every TMA copy of the ring, and mlp1's loop had 8 barriers and
-    389 sm_90 instructions a step against mlp2's 6 and 350 (`./lab sass --loops`). Costs a copy of w1.
+    not STEP_MAJOR; compiled builds only): mlp1's TMA boxes are 4-D views of w1 with the gate and linear halves
+    as a dimension (kernels.linear_mma.tma_descriptors(paired=True)), so each step copies one box of words and
+    one of scale bytes instead of two of each: Triton 3.6 puts a CTA barrier after every TMA copy of the ring,
+    and mlp1's loop had 8 barriers and 383 sm_90 instructions a step against mlp2's 6 and 349 (`./lab sass
+    --loops`).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -1114,9 +1117,12 @@ def _rule_absorb(cfg, problem):
 
 
 def _rule_paired(cfg, problem):
-    """PAIRED changes which groups mlp1's TMA boxes read (one box of a program's gate and linear rows)."""
+    """PAIRED reads mlp1's gate and linear rows as one TMA box of each kind, through 4-D views of the tiled copy
+    (not of prepare.step_major's)."""
     if cfg.get("PAIRED") and not (cfg.get("WGMMA") and cfg.get("TMA")):
         return "PAIRED applies only with WGMMA and TMA"
+    if cfg.get("PAIRED") and cfg.get("STEP_MAJOR"):
+        return "PAIRED's boxes view the tiled copy, not STEP_MAJOR's"
     return None
 
 

@@ -25,7 +25,7 @@ that is how sweeps measure both layouts from one weight, holding both copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -163,32 +163,6 @@ def tail_half(p) -> tuple[torch.Tensor, torch.Tensor]:
         cached = (words, scales)
         object.__setattr__(p, "_tail_half", cached)
     return cached
-
-
-def pair_groups(p, block: int) -> PreparedMXFP4:
-    """mlp1's deinterleaved tile_mxfp4 copy p (shuffled or not) with each `block` gate groups followed by the
-    `block` linear groups of the same columns (cached on p per block): groups [gate 0..block-1, linear 0..block-1,
-    gate block.., linear block.., ...] along words [..., G', KC, 16, 16] and scales [..., G', KC, 16, 4], each
-    half padded with zero groups to whole blocks (G' = 2 * block * ceil(G / 2 / block)). For moe_mma's PAIRED:
-    a program's gate and linear rows are then one TMA box of each kind, not two; Triton 3.6 puts a CTA barrier
-    after every TMA copy of the ring (`./lab sass --loops`: mlp1's loop 8 against mlp2's 6). Only the TMA
-    descriptors read this copy; the other fields are p's. Costs a copy of the weight."""
-    if not (p.tiled and p.deinterleaved):
-        raise ValueError("pair_groups reorders mlp1's deinterleaved tile_mxfp4 copy: tile_mxfp4(w1, deinterleave=True)")
-    cache = p.__dict__.setdefault("_paired", {})
-    if block not in cache:
-        def pair(t: torch.Tensor) -> torch.Tensor:
-            half = t.shape[-4] // 2
-            nb = -(-half // block)
-            pad = [0, 0] * 3 + [0, nb * block - half]
-            gate, lin = (torch.nn.functional.pad(h, pad) for h in (t[..., :half, :, :, :], t[..., half:, :, :, :]))
-            lead = t.shape[:-4]
-            both = torch.stack([g.reshape(*lead, nb, block, *t.shape[-3:]) for g in (gate, lin)], dim=-5)
-            return both.reshape(*lead, 2 * nb * block, *t.shape[-3:]).contiguous()
-
-        words = pair(p.words)
-        cache[block] = replace(p, blocks=words.view(torch.uint8), words=words, scales=pair(p.scales))
-    return cache[block]
 
 
 def step_major(p) -> tuple[torch.Tensor, torch.Tensor]:

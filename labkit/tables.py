@@ -87,11 +87,10 @@ def config_layout(config: str) -> str:
     return ("tiled" if c.get("TILED") else "rows") + ("+nib" if c.get("NIB") else "")
 
 
-#: options auto never takes: STEP_MAJOR and PAIRED read a second copy of the weights (prepare.step_major,
-#: prepare.pair_groups: made on first use, held beside the layout the model keeps), ATOMIC adds mlp2's rows in
-#: whatever order they land, so the last bits vary from run to run (SPLITK2 without it stores its slices apart
-#: and the combine sums them in order: auto may take that)
-OPT_IN = ("STEP_MAJOR", "ATOMIC", "PAIRED")
+#: options auto never takes: STEP_MAJOR reads a second copy of the weights (prepare.step_major, made on first use),
+#: ATOMIC adds mlp2's rows in whatever order they land, so the last bits vary from run to run (SPLITK2 without it
+#: stores its slices apart and the combine sums them in order: auto may take that)
+OPT_IN = ("STEP_MAJOR", "ATOMIC")
 
 
 def opt_in(config: str) -> bool:

@@ -22,7 +22,7 @@ A lab point counts only while this checkout can still run its config (labkit.tab
 configs of options measured and later removed (PERSIST, SLICES, BACKOFF), and a target is met by the code as
 it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
 are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
-(labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's and PAIRED's second weight copy) counts, and is marked
+(labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked
 (`opt_in`): a user reaches that time by naming the config, not through auto.
 
 Each point also shows `x_read`, its best time over a plain read of its bytes (labkit.readfloor) at the rate the

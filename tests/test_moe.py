@@ -777,15 +777,15 @@ def test_moe_mma_absorbed_tiles_are_bit_identical(device):
 
 
 def test_moe_mma_paired_boxes_are_bit_identical(device):
-    """PAIRED reads mlp1's weights through prepare.pair_groups' copy, one TMA box of a program's gate and linear
-    rows: the same rows land in the same slot halves, so the bits do not change (TMA and TMA=2, with CHAIN, HALF,
-    ABSORB, STEP_MAJOR; I = 160 leaves a half-empty last block). The interpreter runs the same arithmetic either
-    way: on the CPU this checks the plumbing and the rule."""
+    """PAIRED reads mlp1's gate and linear rows of a program as one TMA box of each kind (4-D views of the tiled
+    copy): the same rows land in the same slot halves, so the bits do not change (TMA and TMA=2, with CHAIN,
+    HALF, ABSORB; I = 160 leaves the last program's halves part-filled). The interpreter runs the same
+    arithmetic either way: on the CPU this checks the plumbing and the rules."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "TILED": True, "RING_W": True, "NIB": True, "ROWS": 2}
     dw, x, r, ref = odd_layer(23, 70, 6, device)
     for extra in ({"BLOCK_M": 16, "STAGES": 3, "TMA": True},
                   {"BLOCK_M": 32, "STAGES": 3, "TMA": 2, "CHAIN": True, "HALF": True, "EPI_EARLY": 2},
-                  {"BLOCK_M": 16, "STAGES": 2, "TMA": 2, "CHAIN": True, "ABSORB": 8, "STEP_MAJOR": True}):
+                  {"BLOCK_M": 16, "STAGES": 2, "TMA": 2, "CHAIN": True, "ABSORB": 8, "EPI_EARLY": 1}):
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
         assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra, PAIRED=True), y), extra
         assert rel_err(y, ref) < TOL
@@ -793,6 +793,7 @@ def test_moe_mma_paired_boxes_are_bit_identical(device):
     ok = {**v.defaults, **cfg, "BLOCK_M": 32, "STAGES": 3, "TMA": 2, "PAIRED": True}
     assert v.reason(ok, problem) is None
     assert "only with WGMMA and TMA" in v.reason({**ok, "TMA": False}, problem)
+    assert "STEP_MAJOR" in v.reason({**ok, "STEP_MAJOR": True}, problem)
 
 
 @pytest.mark.parametrize("tokens", [5, 70])
@@ -1078,31 +1079,31 @@ def test_tail_half_of_an_expert_stack_is_each_experts(device):
         assert torch.equal(tw[e * G:(e + 1) * G], ew) and torch.equal(ts[:, e * G:(e + 1) * G], es)
 
 
-def test_pair_groups_puts_each_blocks_gate_and_linear_groups_together(device):
-    """pair_groups over mlp1's deinterleaved expert stack: per expert, block b of the copy is gate groups
-    b * block .. and then the linear groups of the same columns (zero groups past each half's end), words and
-    scale bytes alike; anything but a deinterleaved tiled copy is refused."""
-    from kernels.prepare import pair_groups
+def test_paired_descriptors_view_each_experts_gate_and_linear_halves(device):
+    """tma_descriptors(paired=True) over mlp1's deinterleaved expert stack: 4-D views [2 E, G / 2, KC, 256] and
+    [KC, 2 E, G / 2, 64] of the same memory, half 2 e + h of expert e being its gate (h = 0) or linear (h = 1)
+    groups, with [2, NG / 2] boxes; anything but mlp1's deinterleaved copy at one chunk a step is refused. The
+    views are checked with torch.as_strided on the descriptors' shapes and strides (no GPU needed for that)."""
+    from kernels.linear_mma import gluon, tma_descriptors
 
-    w = K.quantize_mxfp4(torch.randn(2, 2 * 40, 256, generator=torch.Generator().manual_seed(5))).to(device)
+    if gluon is None:
+        pytest.skip("this Triton has no Gluon TensorDescriptor")
+    w = K.quantize_mxfp4(torch.randn(3, 2 * 40, 384, generator=torch.Generator().manual_seed(5))).to(device)
     t = K.tile_mxfp4(w, deinterleave=True)
-    half = t.words.shape[-4] // 2  # 3 groups of 16 gate rows (40 padded to 48)
-    q = pair_groups(t, 2)
-    assert q.words.shape[-4] == 8 and q.scales.shape[-4] == 8 and pair_groups(t, 2) is q
-    for e in range(2):
-        for b in range(2):
-            for which, base in ((0, 0), (1, half)):
-                for i in range(2):
-                    src = b * 2 + i
-                    got_w = q.words[e, b * 4 + which * 2 + i]
-                    got_s = q.scales[e, b * 4 + which * 2 + i]
-                    if src < half:
-                        assert torch.equal(got_w, t.words[e, base + src])
-                        assert torch.equal(got_s, t.scales[e, base + src])
-                    else:
-                        assert not got_w.any() and not got_s.any()
+    G, KC = t.words.shape[-4], t.words.shape[-3]
+    wd, sd = tma_descriptors(t, 4, 1, paired=True)
+    assert list(wd.shape) == [6, G // 2, KC, 256] and list(wd.block_shape) == [2, 2, 1, 256]
+    assert list(sd.shape) == [KC, 6, G // 2, 64] and list(sd.block_shape) == [1, 2, 2, 64]
+    words = torch.as_strided(t.words, wd.shape, wd.strides)
+    scales = torch.as_strided(t.scales, sd.shape, sd.strides)
+    flat_w, flat_s = t.words.reshape(3, G, KC, 256), t.scales.reshape(3, G, KC, 64)
+    for e in range(3):
+        for h in range(2):
+            for g in range(G // 2):
+                assert torch.equal(words[2 * e + h, g], flat_w[e, h * (G // 2) + g])
+                assert torch.equal(scales[:, 2 * e + h, g], flat_s[e, h * (G // 2) + g])
     with pytest.raises(ValueError, match="deinterleaved"):
-        pair_groups(K.tile_mxfp4(w), 2)
+        tma_descriptors(K.tile_mxfp4(w), 4, 1, paired=True)
 
 
 @pytest.mark.gpu
