@@ -446,7 +446,7 @@ register(Variant(
            "num_warps": (1, 2, 4, 8), "TILED": (False, True), "MAXNREG": (None, 64, 72, 80, 88, 96, 128, 168),
            "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
-           "EARLY": (False, True), "TAIL": (False, True), "STEP_MAJOR": (False, True), "SEQ": (False, True)},
+           "EARLY": (False, True), "TAIL": (False, True), "STEP_MAJOR": (False, True), "SEQ": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False,
               "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False},

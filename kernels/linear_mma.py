@@ -549,7 +549,12 @@ if gluon is not None:
         mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): the EXTRA
         rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
         slot = c % STAGES
-        if SEQ:
+        if SEQ and len(xdesc.block_shape) == 3:  # one box of the step's chunks ([chunk, token, 128] view of x)
+            CHUNKS: gl.constexpr = STEP // 16
+            xs = xsm._reinterpret(gl.float16, [STAGES, CHUNKS, xsm.shape[1], xsm.shape[2]], xdesc.layout)
+            tma.async_copy_global_to_shared(xdesc, [c * CHUNKS, m0, 0], bars.index(slot), xs.index(slot),
+                                            pred=c < steps)
+        elif SEQ:
             CHUNKS: gl.constexpr = STEP // 16
             for q in gl.static_range(CHUNKS):
                 tma.async_copy_global_to_shared(xdesc, [m0, (c * CHUNKS + q) * 128], bars.index(slot),
@@ -1126,7 +1131,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     together, decoded and multiplied one chunk at a time (the copies, wait and barriers of a step once per CHUNKS
     chunks, the registers of one chunk); with TAIL when K's whole chunks are a multiple of CHUNKS. On an H200's
     lm_head with 2 slots 1-2% faster at 1-32 tokens (results/20261128T175617-h200-linear-h200-seq-a, ...175641-
-    ...-b), where it trades issue for waits on its shallower ring (...181100-h200-ncu-h200-seq)."""
+    ...-b), where it trades issue for waits on its shallower ring (...181100-h200-ncu-h200-seq). SEQ=2: x's
+    chunks of a step as one box of a [chunk, token, 128] view instead of one box per chunk (Triton 3.6 puts a
+    CTA barrier after every TMA copy of the ring: 7 barriers and 4 copies a step at CHUNKS=2, `./lab sass
+    --loops`)."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -1134,6 +1142,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if NIB:
         p = shuffle_nibbles(p)
     seq = bool(SEQ) and WGMMA and TMA == 2 and CHUNKS > 1 and not INTERPRETED and gluon is not None
+    XBOX = SEQ == 2  # the step's x chunks as one box
     half = (bool(TAIL and WGMMA) and (CHUNKS == 1 or (seq and (K // CHUNK) % CHUNKS == 0))
             and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None)
     tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
@@ -1154,8 +1163,13 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         tdesc, tsdesc = tail_descriptors(p, BLOCK_N // 16) if tail else (None, None)
         LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
-        xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX) \
-            if TMA == 2 else None
+        xdesc = None
+        if TMA == 2 and seq and XBOX:  # the step's chunks as one box of a [chunk, token, 128] view
+            kp = x16.shape[1]
+            xdesc = TensorDescriptor(x16, [kp // CHUNK, M, CHUNK], [CHUNK, kp, 1], [CHUNKS, BLOCK_M, CHUNK],
+                                     gl.NVMMASharedLayout(SX.swizzle_byte_width, 16, rank=3))
+        elif TMA == 2:
+            xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX)
         xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK // 2],
                                   gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK // 2], gl.float16)) \
             if tail else None

@@ -619,7 +619,8 @@ def test_gemv_mma_seq_rule_and_twin(device):
 def test_gemv_mma_seq_is_bit_identical(m, n, k):
     """SEQ multiplies the chunks of a slot in the order one-chunk steps do, each chunk's wgmma on the accumulator
     in turn: the bits of the CHUNKS=1 config (with TAIL where K's whole chunks are a multiple of CHUNKS, as SEQ
-    then runs it), with 2-3 slots, EARLY, the step-major copy and BLOCK_M 8-64, under a CUDA graph."""
+    then runs it), with 2-3 slots, EARLY, the step-major copy and BLOCK_M 8-64, under a CUDA graph; SEQ=2 (x's
+    chunks as one box) too."""
     x, _, b, _ = make(m, n, k, seed=m + n, dev="cuda")
     w = wide_span_weight(n, k, seed=n + 5, dev="cuda")
     tail_runs = (k // 128) % 2 == 0
@@ -630,12 +631,13 @@ def test_gemv_mma_seq_is_bit_identical(m, n, k):
         cfg = {"num_warps": 4, "TILED": True, "WGMMA": True, "RING_W": True, "TMA": 2, **cfg}
         one = {**cfg, "CHUNKS": 1, "TAIL": cfg.get("TAIL", False) and tail_runs}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **one)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            ys = K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "CHUNKS": 2, "SEQ": True})
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(ys, y), cfg
+        for seq in (True, 2):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ys = K.mxfp4_linear(x, w, b, variant="gemv_mma", **{**cfg, "CHUNKS": 2, "SEQ": seq})
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(ys, y), (cfg, seq)
 
 
 @pytest.mark.gpu
