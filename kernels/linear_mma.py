@@ -549,10 +549,10 @@ if gluon is not None:
         mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): the EXTRA
         rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
         slot = c % STAGES
-        if SEQ and len(xdesc.block_shape) == 3:  # one box of the step's chunks ([chunk, token, 128] view of x)
-            CHUNKS: gl.constexpr = STEP // 16
-            xs = xsm._reinterpret(gl.float16, [STAGES, CHUNKS, xsm.shape[1], xsm.shape[2]], xdesc.layout)
-            tma.async_copy_global_to_shared(xdesc, [c * CHUNKS, m0, 0], bars.index(slot), xs.index(slot),
+        if SEQ and len(xdesc.block_shape) == 3:  # one box of the step's chunks, in swizzle-wide column pieces
+            PIECES: gl.constexpr = xdesc.block_shape[0]  # of the step ([piece, token, piece width] view of x)
+            xs = xsm._reinterpret(gl.float16, [STAGES, PIECES, xsm.shape[1], xdesc.block_shape[2]], xdesc.layout)
+            tma.async_copy_global_to_shared(xdesc, [c * PIECES, m0, 0], bars.index(slot), xs.index(slot),
                                             pred=c < steps)
         elif SEQ:
             CHUNKS: gl.constexpr = STEP // 16
@@ -1132,9 +1132,11 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     chunks, the registers of one chunk); with TAIL when K's whole chunks are a multiple of CHUNKS. On an H200's
     lm_head with 2 slots 1-2% faster at 1-32 tokens (results/20261128T175617-h200-linear-h200-seq-a, ...175641-
     ...-b), where it trades issue for waits on its shallower ring (...181100-h200-ncu-h200-seq). SEQ=2: x's
-    chunks of a step as one box of a [chunk, token, 128] view instead of one box per chunk (Triton 3.6 puts a
-    CTA barrier after every TMA copy of the ring: 7 barriers and 4 copies a step at CHUNKS=2, `./lab sass
-    --loops`)."""
+    chunks of a step as one box instead of one box per chunk (Triton 3.6 puts a CTA barrier after every TMA copy
+    of the ring: 7 barriers and 4 copies a step at CHUNKS=2, `./lab sass --loops`), a box of a [piece, token,
+    64] view that lands the chunks' 64-column pieces in the order the per-chunk boxes do (a box [CHUNKS, token,
+    128] landed each piece of every chunk in turn, and its results were wrong: results/20261129T123024-h200-
+    linear-h200-seq-xbox)."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -1164,9 +1166,11 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = None
-        if TMA == 2 and seq and XBOX:  # the step's chunks as one box of a [chunk, token, 128] view
-            kp = x16.shape[1]
-            xdesc = TensorDescriptor(x16, [kp // CHUNK, M, CHUNK], [CHUNK, kp, 1], [CHUNKS, BLOCK_M, CHUNK],
+        if TMA == 2 and seq and XBOX:  # the step's chunks as one box of a [piece, token, piece width] view
+            # a slot [BLOCK_M, 128] holds its columns in pieces as wide as the swizzle (64 fp16 at 128 bytes), one
+            # after another, as a per-chunk box lands them: the pieces of CHUNKS chunks in that order are one box
+            kp, w = x16.shape[1], min(CHUNK, SX.swizzle_byte_width // 2 or CHUNK)
+            xdesc = TensorDescriptor(x16, [kp // w, M, w], [w, kp, 1], [CHUNKS * CHUNK // w, BLOCK_M, w],
                                      gl.NVMMASharedLayout(SX.swizzle_byte_width, 16, rank=3))
         elif TMA == 2:
             xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX)
