@@ -1032,7 +1032,7 @@ def tma_descriptors(p, NG: int, CHUNKS: int, step_major_copy: bool = False, chun
     halves of each expert as a dimension, words [2 E, G / 2, KC, 256] and scales [KC, 2 E, G / 2, 64], so a box of
     [2, NG / 2] groups lands a program's NG / 2 gate groups and then the same columns' linear groups, as the two
     3-D boxes of each kind did: one TMA copy of each kind instead of two, and Triton 3.6 puts a CTA barrier after
-    every copy of the ring (mlp1's sm_90 loop 383 -> 343 instructions, 8 -> 6 barriers: `./lab sass --loops`).
+    every copy of the ring (mlp1's sm_90 loop 383 -> 344 instructions, 8 -> 6 barriers: `./lab sass --loops`).
     Made once per box shape and cached on p."""
     cache = p.__dict__.setdefault("_tma", {})
     key = (NG, CHUNKS, step_major_copy, chunk_major, paired)
