@@ -1144,7 +1144,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if NIB:
         p = shuffle_nibbles(p)
     seq = bool(SEQ) and WGMMA and TMA == 2 and CHUNKS > 1 and not INTERPRETED and gluon is not None
-    XBOX = SEQ == 2  # the step's x chunks as one box
+    xbox = SEQ == 2  # the step's x chunks as one box
     half = (bool(TAIL and WGMMA) and (CHUNKS == 1 or (seq and (K // CHUNK) % CHUNKS == 0))
             and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None)
     tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
@@ -1166,7 +1166,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = None
-        if TMA == 2 and seq and XBOX:  # the step's chunks as one box of a [piece, token, piece width] view
+        if TMA == 2 and seq and xbox:  # the step's chunks as one box of a [piece, token, piece width] view
             # a slot [BLOCK_M, 128] holds its columns in pieces as wide as the swizzle (64 fp16 at 128 bytes), one
             # after another, as a per-chunk box lands them: the pieces of CHUNKS chunks in that order are one box
             kp, w = x16.shape[1], min(CHUNK, SX.swizzle_byte_width // 2 or CHUNK)

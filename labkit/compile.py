@@ -267,8 +267,7 @@ def main_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     epilogue loop (moe_mma mlp1 zeroing its padding columns) can outgrow a short K loop, and ptxas places an
     mbarrier wait's retry after the epilogue, branching back into the K loop (gemv_mma TMA)."""
     instrs, labels = _instructions(sass)
-    loops = [lp for lp in _loops(instrs, labels)
-             if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])]
+    loops = _body_loops(instrs, labels)
     mma = [lp for lp in loops if any(_TENSOR_CORE.search(ins) for ins in instrs[lp[0]:lp[1] + 1])]
     start, end = max(mma or loops, key=lambda lp: lp[1] - lp[0], default=(0, -1))
     mix = collections.Counter(_unpredicated(ins).split()[0].split(".")[0] for ins in instrs[start:end + 1])
@@ -282,9 +281,8 @@ def mma_loops(sass: str) -> list[dict]:
     ABSORB tile's loop beside the plain one) has no single main loop, and comparing two builds loop by loop is
     how a change in one of them shows (the ABSORB build's plain loop: 389 against 383 instructions)."""
     instrs, labels = _instructions(sass)
-    loops = {lp for lp in _loops(instrs, labels)
-             if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])
-             and any(_TENSOR_CORE.search(ins) for ins in instrs[lp[0]:lp[1] + 1])}
+    loops = {lp for lp in _body_loops(instrs, labels)
+             if any(_TENSOR_CORE.search(ins) for ins in instrs[lp[0]:lp[1] + 1])}
     inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]
     out = []
     for a, b in sorted(inner):
@@ -319,6 +317,13 @@ def _loops(instrs: list[str], labels: dict[str, int]) -> list[tuple[int, int]]:
         if br and br.group(1) in labels and labels[br.group(1)] <= i:
             out.append((labels[br.group(1)], i))
     return out
+
+
+def _body_loops(instrs: list[str], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """_loops without the spans holding an EXIT (an mbarrier retry placed after the epilogue that branches back
+    into the K loop: not a loop of the body)."""
+    return [lp for lp in _loops(instrs, labels)
+            if not any(re.search(r"\bEXIT\b", ins) for ins in instrs[lp[0]:lp[1] + 1])]
 
 
 def _unpredicated(ins: str) -> str:
