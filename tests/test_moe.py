@@ -714,7 +714,7 @@ def test_moe_h2g_early_under_pdl_and_graphs(tokens):
     dw, x, _, _ = odd_layer(23, tokens, 6, dev)
     g = torch.Generator(device=dev).manual_seed(tokens)
     logits = torch.randn(tokens, 4, device=dev)
-    ring = {"BLOCK_K2": 64, "STAGES2": 4, "WARPS2": 1}
+    ring = {"BLOCK_K2": 64, "STAGES2": 4}
     for extra in ({"EARLY": True}, {"EARLY": 2}, {"EARLY": True, "CHAIN": True}, {"EARLY": True, "HOLD": 2, **ring},
                   {"HOLD": 8, **ring}, {"EARLY": True, "HOLD": 4, "TILED": True, "BLOCK_K": 128, "STAGES2": 3}):
         cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 1024, "NIB": True, "PREFETCH": True, "BLOCK_N2": 8,
