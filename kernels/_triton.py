@@ -88,38 +88,5 @@ def pdl_release():
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def pdl_wait_zero(t):
-    """griddepcontrol.wait inside a pipelined loop, returning 0 for the loads that must follow it to add to their
-    addresses (load_after). Triton's pipeliner issues a loop's tl.loads for later iterations before the loop and
-    sinks a bare wait below unrelated asm; a value makes the order explicit (moe_h2g's HOLD: mlp2's weight copies
-    all before the wait, its act loads after)."""
-    if GDC:
-        return tl.inline_asm_elementwise("griddepcontrol.wait;\n mov.u32 $0, 0;", "=r,r", [t], dtype=tl.int32,
-                                         is_pure=False, pack=1)
-    else:
-        return t * 0
-
-
-@triton.jit
-def load_after(ptr, z, mask=None):
-    """int32 words at ptr + z (z from pdl_wait_zero), 0 where mask is False: an inline-asm load the pipeliner
-    leaves in place (a tl.load would be issued iterations early, before the wait). tl.load on the interpreter and
-    before sm_90, where pdl_wait_zero waits for nothing."""
-    if GDC:
-        if mask is None:
-            return tl.inline_asm_elementwise("ld.global.b32 $0, [$1];", "=r,l", [ptr + z], dtype=tl.int32,
-                                             is_pure=False, pack=1)
-        else:
-            return tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b32 $0, 0; @p ld.global.b32 $0, [$1]; }", "=r,l,r",
-                [ptr + z, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        if mask is None:
-            return tl.load(ptr + z).to(tl.int32, bitcast=True)
-        else:
-            return tl.load(ptr + z, mask=mask, other=0).to(tl.int32, bitcast=True)
-
-
 __all__ = ["triton", "tl", "INTERPRETED", "INTERP", "HOPPER", "reg_cap", "pdl_launch", "pdl_enter", "pdl_release",
-           "pdl_scope", "pdl_wait_zero", "load_after"]
+           "pdl_scope"]

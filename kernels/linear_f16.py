@@ -24,7 +24,7 @@ import os
 
 import torch
 
-from ._triton import INTERP, load_after, pdl_enter, pdl_launch, reg_cap, tl, triton
+from ._triton import INTERP, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import (
     F16_TRICK,
     NIB_DOWN_H2,
@@ -426,35 +426,22 @@ def block_dot2(p, xp, q, xq):
 
 
 @triton.jit
-def _x_plane(xp, xm, MASK: tl.constexpr, LATE: tl.constexpr, lz):
-    """One plane's x16 words at xp as uint32 (MASK: xm's words only, the rest 0; LATE: through load_after)."""
-    if LATE:
-        if MASK:
-            return load_after(xp, lz, xm).to(tl.uint32, bitcast=True)
-        else:
-            return load_after(xp, lz).to(tl.uint32, bitcast=True)
-    elif MASK:  # the K tail: words past K are masked in x too (garbage times a zero weight could be NaN)
-        return tl.load(xp, mask=xm, other=0).to(tl.uint32, bitcast=True)
-    else:
-        return tl.load(xp).to(tl.uint32, bitcast=True)
-
-
-@triton.jit
-def _x_planes(xp, xm, PLANE, MASK: tl.constexpr, LATE: tl.constexpr, lz):
-    """The four planes' x16 words of h2g_step."""
-    return (_x_plane(xp, xm, MASK, LATE, lz), _x_plane(xp + PLANE, xm, MASK, LATE, lz),
-            _x_plane(xp + 2 * PLANE, xm, MASK, LATE, lz), _x_plane(xp + 3 * PLANE, xm, MASK, LATE, lz))
-
-
-@triton.jit
-def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False,
-             LATE: tl.constexpr = False, lz=0):
+def h2g_step(acc, v, s, xp, xm, i, PLANE, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """One K tile of token i: weight words v [R, 4 G] and their block scale bytes s [R, G] times the token's
     plane-major x16 words at xp (plane 0), 4 packed half2 FMAs per word; the 32 products of an MXFP4 block
     are summed in half2, then one fp32 conversion and scale multiply per block into acc[:, :, i].
     NIB: v is in shuffle_nibbles' layout (nib_pairs); pairs B, D (2^8 larger) are summed in their own chain
-    and scaled down by one FMA per block. LATE: x through load_after(lz), after a wait in the pipelined loop."""
-    xa, xb, xc, xd = _x_planes(xp, xm, PLANE, MASK, LATE, lz)
+    and scaled down by one FMA per block."""
+    if MASK:  # the K tail: words past K are masked in x too (garbage times a zero weight could be NaN)
+        xa = tl.load(xp, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xb = tl.load(xp + PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xc = tl.load(xp + 2 * PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
+        xd = tl.load(xp + 3 * PLANE, mask=xm, other=0).to(tl.uint32, bitcast=True)
+    else:
+        xa = tl.load(xp).to(tl.uint32, bitcast=True)
+        xb = tl.load(xp + PLANE).to(tl.uint32, bitcast=True)
+        xc = tl.load(xp + 2 * PLANE).to(tl.uint32, bitcast=True)
+        xd = tl.load(xp + 3 * PLANE).to(tl.uint32, bitcast=True)
     if NIB:  # (x rows of a pipelined loop are [4 G], shared by the tile's rows)
         z = 0 * v
         xa, xb, xc, xd = xa + z, xb + z, xc + z, xd + z

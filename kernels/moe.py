@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._triton import pdl_enter, pdl_launch, pdl_release, pdl_wait_zero, reg_cap, tl, triton
+from ._triton import pdl_enter, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import F16_TRICK, decode_bf16, e8m0_to_f32, gemv_products, tc_dot
 from .formats import MXFP4Tensor, _check_tensor
 from .linear_f16 import (
@@ -47,7 +47,6 @@ from .linear_f16 import (
     h2g_step,
     h2g_tail_loads,
     plane_words,
-    sm_count,
     x_to_f16,
 )
 from .linear_mma import decode_f16_word_major
@@ -55,7 +54,6 @@ from .prepare import PreparedMXFP4, prepare_mxfp4, shuffle_nibbles, tile_mxfp4
 from .routing import Routing
 from .sync import consume, scratch, signal_count, wait_count
 from .variants import (
-    SHARED_MEMORY_BYTES,
     Variant,
     get_variant,
     register,
@@ -230,7 +228,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr = 1,
                     TILED: tl.constexpr = False, DEINT: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                     NIB: tl.constexpr = False, chain_ptr=None, S=0, NEED=0, CHAIN: tl.constexpr = False,
-                    EARLY: tl.constexpr = False, HOLD: tl.constexpr = False):
+                    EARLY: tl.constexpr = False):
     """moe_h2 with gemv_h2g's K loop (h2g_step; NIB: as gemv_h2g): input rows are
     plane-major x16 words with PLANE words per plane, from x_to_f16(planes=True) (mlp1) or the ACT16 epilogue
     (mlp2, OUT_PLANE of mlp1). STAGES > 1 pipelines the K loop through shared memory as in gemv_h2g (x rows then
@@ -245,26 +243,7 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     EARLY (mlp1, when the layer launched x_to_f16 itself, so route wrote the routing two launches back): the
     routing reads and PREFETCH's first weight tile come before the PDL wait, while x_to_f16 still runs; a
     program with no work then never waits. For mlp2 without CHAIN (the launcher's EARLY=2), the same with
-    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way).
-    HOLD (mlp1): a one-wave grid of programs striding over the (position, N tile) items, each letting mlp2
-    launch as it starts (with EARLY: before its wait, as route finished before x_to_f16 let mlp1 start), so
-    mlp2's programs are resident through mlp1. HOLD (mlp2): the PDL wait is inside the pipelined K loop
-    (h2g_tile), after every weight copy of the ring has been issued."""
-    if HOLD and PHASE == 1:
-        if EARLY:
-            pdl_release()
-        else:
-            pdl_enter()
-        tiles = tl.cdiv(N, BLOCK_N)
-        for j in range(tl.program_id(0), S * tiles, tl.num_programs(0)):
-            i = j // tiles
-            e, rm, mmask, active = _program_rows(i, ids_ptr, sorted_ptr, offs_ptr, BLOCK_M)
-            if active:
-                h2g_tile(e, i, rm, mmask, j % tiles, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr,
-                         gate_ptr, out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e,
-                         s_stride_e, PHASE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB,
-                         EARLY=EARLY)
-        return
+    its first weight tile loaded during mlp1's tail (its routing is read before the wait either way)."""
     if CHAIN:
         i = tl.program_id(1)
         pid_n = tl.program_id(0)
@@ -278,16 +257,14 @@ def _moe_h2g_kernel(xq_ptr, xs_ptr, ids_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr,
     if PHASE == 2:
         if CHAIN:
             pdl_release()
-        elif not EARLY and not HOLD:
+        elif not EARLY:
             pdl_enter()
     if active:
         if CHAIN and PHASE == 2:
             wait_count(chain_ptr + i, NEED)
         h2g_tile(e, i, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w_ptr, s_ptr, b_ptr, gate_ptr,
                  out_ptr, N, K, TOPK, alpha, limit, act_scale, PLANE, OUT_PLANE, w_stride_e, s_stride_e, PHASE,
-                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY, HOLD=HOLD)
-        if HOLD:
-            pdl_release()
+                 BLOCK_M, BLOCK_N, BLOCK_K, STAGES, TILED, DEINT, PREFETCH, NIB=NIB, EARLY=EARLY)
         if CHAIN:
             if PHASE == 1:
                 signal_count(chain_ptr + i)
@@ -301,16 +278,14 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
              PHASE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              STAGES: tl.constexpr, TILED: tl.constexpr, DEINT: tl.constexpr, PREFETCH: tl.constexpr = False,
              wait_ptr=None, wait_need=0, WAIT: tl.constexpr = False, NIB: tl.constexpr = False,
-             EARLY: tl.constexpr = False, HOLD: tl.constexpr = False):
+             EARLY: tl.constexpr = False):
     """One moe_h2g program's work: N tile pid_n of expert e for sorted positions rm = start + 0..BLOCK_M-1
     (mask mmask), epilogue included. WAIT (moe_fused): the first K tile's weights are loaded, then the program
     waits until the count at wait_ptr reaches wait_need (its input rows are written by other programs of the
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
     BLOCK_K = 2048, the whole row tile at once). EARLY: the PDL wait (pdl_enter) comes here, after the routing
-    reads and the first weight tile's loads, before any input row is read. HOLD (with STAGES > 1): the PDL wait
-    is taken in the K loop (pdl_wait_zero) and the input rows are loaded after it (load_after), so every weight
-    copy the pipelined ring issues before the loop (STAGES - 1 tiles) and the K tail's loads come before it."""
+    reads and the first weight tile's loads, before any input row is read."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -331,8 +306,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
-    if HOLD:  # the K tail's weights before the loop (and its wait) too
-        wm_t, v_t, s_t = h2g_tail_loads(wp + full * WSTEP, sp + full * SSTEP, word, rg, full, K, TW, G)
     if EARLY:
         pdl_enter()
     for t in tl.range(0, full, num_stages=STAGES):
@@ -340,22 +313,17 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         if WAIT:
             if t == 0:
                 wait_count(wait_ptr, wait_need)
-        lz = pdl_wait_zero(t) if HOLD else 0
         acc = h2g_tokens(acc, v, s, xq_ptr, t * TW, xw, word, sorted_ptr, start, last, TOPK, PLANE, PHASE, BLOCK_M,
-                         G, False, NIB, HOLD, lz)
+                         G, False, NIB)
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
-        if HOLD:
-            acc = h2g_tokens(acc, v_t, s_t, xq_ptr, full * TW, word, wm_t, sorted_ptr, start, last, TOPK, PLANE,
-                             PHASE, BLOCK_M, G, True, NIB, True, pdl_wait_zero(full))
-        else:
-            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
-            if WAIT:
-                if full == 0:
-                    wait_count(wait_ptr, wait_need)
-            acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
-                             BLOCK_M, G, True, NIB)
+        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
+        if WAIT:
+            if full == 0:
+                wait_count(wait_ptr, wait_need)
+        acc = h2g_tokens(acc, v, s, xq_ptr, full * TW, word, wm, sorted_ptr, start, last, TOPK, PLANE, PHASE,
+                         BLOCK_M, G, True, NIB)
     if PHASE == 1:
         xs = tl.load(xs_ptr + src)
     else:
@@ -405,14 +373,12 @@ def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_
 
 @triton.jit
 def h2g_tokens(acc, v, s, xq_ptr, k0, xw, xm, sorted_ptr, start, last, TOPK, PLANE, PHASE: tl.constexpr,
-               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False,
-               LATE: tl.constexpr = False, lz=0):
+               BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """h2g_step of one K tile (words v, scales s) for the BLOCK_M sorted positions start.. of a chunk (clamped
-    to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row
-    (LATE: loaded after lz's wait, h2g_step's LATE)."""
+    to last, the expert's last position: read, never stored), x words k0 + xw of each position's input row."""
     for i in tl.static_range(BLOCK_M):
         xr = _h2g_source(sorted_ptr, tl.minimum(start + i, last), TOPK, PHASE)
-        acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK, NIB, LATE, lz)
+        acc = h2g_step(acc, v, s, xq_ptr + xr * (4 * PLANE) + k0 + xw, xm, i, PLANE, G, MASK, NIB)
     return acc
 
 
@@ -652,11 +618,6 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
-    if cfg.get("HOLD"):
-        extra["HOLD"] = True
-        if phase == 1:  # one wave: every program lets mlp2 launch as it starts
-            extra["S"] = grid[0]
-            grid = (min(grid[0] * grid[1], cfg["HOLD"] * sm_count(xq.device)), 1)
     _moe_h2g_kernel[grid](xq.view(torch.int32), xs, r.ids, r.sorted, r.offsets, p.words, p.scales, b, r.weights,
                           out, N, K, r.top_k, float(alpha), float(limit), act_scale, plane_words(K),
                           plane_words(N // 2), p.words.stride(0), p.scales.stride(0), PHASE=phase,
@@ -730,9 +691,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 num_warps=cfg["num_warps"], num_stages=1)
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
-                "num_warps": cfg.get("WARPS2") or cfg["num_warps"], "BLOCK_K": cfg.get("BLOCK_K2") or cfg["BLOCK_K"]}
-        if cfg.get("STAGES2"):  # mlp2's own cp.async ring (no register double buffer then)
-            cfg2.update(num_stages=cfg["STAGES2"], PREFETCH=False)
+                "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
@@ -766,7 +725,7 @@ def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cf
 # ------------------------------------------------------------------------------------------------------------
 # Registry and entry point
 
-_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "BLOCK_N2", "BLOCK_K2")
+_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "BLOCK_N2")
 
 
 def _rule_tc(cfg, problem):
@@ -817,32 +776,6 @@ def _rule_h2g_chain(cfg, problem):
     return None
 
 
-def _rule_h2g_hold(cfg, problem):
-    """HOLD keeps mlp2's weights in mlp2's own cp.async ring (STAGES2) while mlp1 runs; STAGES2 and BLOCK_K2
-    build that separate mlp2 launch (equal to mlp1's they would repeat a config)."""
-    st2, bk2 = cfg.get("STAGES2"), cfg.get("BLOCK_K2")
-    if (st2 or bk2) and (cfg.get("COMBINE") or cfg.get("CHAIN")) or cfg.get("HOLD") and cfg.get("COMBINE"):
-        return "HOLD, STAGES2 and BLOCK_K2 build a separate mlp2 launch without CHAIN: use COMBINE=False, CHAIN=False"
-    if cfg.get("HOLD"):
-        if cfg.get("CHAIN"):
-            return "HOLD's mlp2 waits for all of mlp1 (PDL), CHAIN's for counters: use CHAIN=False"
-        if not st2 or st2 < 2:
-            return "HOLD keeps mlp2's weights in its own cp.async ring: set STAGES2 > 1"
-        if cfg.get("EARLY") == 2:
-            return "HOLD takes mlp2's PDL wait into its K loop (EARLY=2 moves that wait): use EARLY=True"
-    if st2 is not None and st2 == cfg.get("num_stages", 1) and not cfg.get("PREFETCH"):
-        return f"STAGES2={st2} equals num_stages (None repeats this config)"
-    if bk2 is not None and bk2 == cfg["BLOCK_K"]:
-        return f"BLOCK_K2={bk2} equals BLOCK_K (None repeats this config)"
-    bn2, bk = cfg.get("BLOCK_N2") or cfg["BLOCK_N"], bk2 or cfg["BLOCK_K"]
-    if cfg.get("TILED") and bk % 128:
-        return f"TILED reads 128-K chunks: BLOCK_K2={bk} must be a multiple of 128"
-    need = (st2 or 1) * (bk // 2 + bn2 * bk // 2 + bn2 * bk // 32)
-    if need > SHARED_MEMORY_BYTES:
-        return f"mlp2's ring needs ~{need // 1024} KB of shared memory (STAGES2 * tiles > 227 KB)"
-    return None
-
-
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
@@ -850,13 +783,12 @@ register(Variant(
            "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
            "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
-           "MAXNREG2": (None, 64, 72), "HOLD": (None, 2, 4, 6, 8), "BLOCK_K2": (None, 256, 512, 1024),
-           "STAGES2": (None, 2, 3, 4, 6, 12)},
+           "MAXNREG2": (None, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False, "WARPS2": None, "MAXNREG2": None, "HOLD": None, "BLOCK_K2": None, "STAGES2": None},
+              "EARLY": False, "WARPS2": None, "MAXNREG2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain, _rule_h2g_hold),
+           rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
                 "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
@@ -869,10 +801,7 @@ register(Variant(
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
                 "first weight tile during mlp1's tail; WARPS2, MAXNREG2: mlp2's own num_warps and register cap (with "
-                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's); BLOCK_K2, "
-                "STAGES2: mlp2's own K tile and cp.async ring (its PREFETCH off); HOLD: mlp1 in HOLD programs per SM "
-                "striding over its items, all letting mlp2 launch as they start, and mlp2's PDL wait inside its K "
-                "loop, so mlp2's programs copy their weights (STAGES2 - 1 tiles and the K tail) while mlp1 runs",
+                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""
