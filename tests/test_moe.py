@@ -616,6 +616,8 @@ def test_moe_h2g_early_is_bit_identical(device):
     assert torch.equal(K.moe_mxfp4(x, r, *dw, variant="moe_h2g", EARLY=2, x16=x16, **cfg), y)
 
 
+# the spy writes no act or y rows, so the combine adds uninitialized memory (NaN now and then)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, device):
     """EARLY lets mlp1 read the routing before its PDL wait, which is safe only when the launch before it is
     the layer's own x_to_f16 (route's launch then came two back); with x16 given (router_logits' launch, which
