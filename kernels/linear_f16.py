@@ -79,26 +79,33 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
                 PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False,
-                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False):
+                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False, BC: tl.constexpr = False):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
     GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0.
+    BC: output row p holds x row p // 8 where bc_keep(position, p % 8), zeros elsewhere.
     BLOCK_F (a power of two >= K): the row is split over the grid's second axis, BLOCK_K positions a program
     (x16_slice), instead of one program a row. ZERO: the same programs also zero row m of z ([M, K] bf16)."""
     pdl_enter()
     p = tl.program_id(0)
+    col = None
     if GATHER:
         slot = tl.load(rows_ptr + p)
         m = slot // TOPK
         o_ptr += (p - m).to(tl.int64) * stride_om  # so that row m lands at row p
         keep = slot % TOPK == 0
+    elif BC:
+        m = p // 8
+        o_ptr += (p - m).to(tl.int64) * stride_om
+        keep = p % 8 == 0
+        col = p % 8
     else:
         m = p
         keep = True
     if BLOCK_F:
         x16_slice(x_ptr, o_ptr, xs_ptr, m, tl.program_id(1), K, stride_xm, stride_om, BLOCK_K, BLOCK_F, LOGICAL, keep,
-                  HALF)
+                  HALF, col)
     else:
-        x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF)
+        x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF, col)
     if ZERO:  # the row's positions this program stores (the whole row without BLOCK_F), by one of its slots
         z_row = z_ptr + m.to(tl.int64) * K
         z_end = K
@@ -115,20 +122,20 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
 
 @triton.jit
 def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
-            LOGICAL: tl.constexpr = False, keep_xs=True, HALF: tl.constexpr = False):
+            LOGICAL: tl.constexpr = False, keep_xs=True, HALF: tl.constexpr = False, col=None):
     """x_to_f16 of row m (one program; also moe_fused's first stage). A row of at most BLOCK_K output positions
     takes one pass: each element is gathered once into its output position (padding as zeros), so the row's
     max comes from the same registers that are then stored (one load round trip, not two). Longer rows: a
     max pass in blocks of BLOCK_K, then the gather pass. HALF (x_to_f16's half_tail): the last 128 positions
     from K - 64 are stored apart, in a 64-K step's order, by a second small gather (the index arithmetic on the
-    row's 128 positions only)."""
+    row's 128 positions only). col (x_to_f16's bc): only the positions bc_keep(position, col) keep their value."""
     rk = tl.arange(0, BLOCK_K)
     end = stride_om if not HALF else K - 64  # positions stored by the main pass
     if stride_om <= BLOCK_K:
         src, ok = _x16_source(rk, K, PLANE, PLANES, LOGICAL)
         v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (rk < stride_om), other=0.0).to(tl.float32)
         up, down = f16_row_scale(tl.max(tl.abs(v), axis=0))
-        tl.store(o_ptr + m * stride_om + rk, (v * up).to(tl.float16), mask=rk < end)
+        tl.store(o_ptr + m * stride_om + rk, _bc_zero(v * up, rk, col).to(tl.float16), mask=rk < end)
     else:
         amax = tl.zeros((BLOCK_K,), tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -139,15 +146,15 @@ def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl
             pos = k0 + rk
             src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
             v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
-            tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < end)
+            tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col).to(tl.float16), mask=pos < end)
     if HALF:
-        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, m >= 0)
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, m >= 0, col)
     tl.store(xs_ptr + m, down, mask=keep_xs)
 
 
 @triton.jit
 def x16_slice(x_ptr, o_ptr, xs_ptr, m, j, K, stride_xm, stride_om, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
-              LOGICAL: tl.constexpr, keep_xs, HALF: tl.constexpr):
+              LOGICAL: tl.constexpr, keep_xs, HALF: tl.constexpr, col=None):
     """x16_row of row m split over programs: program j stores positions j * BLOCK_K .. + BLOCK_K (a few per
     thread: the position arithmetic is most of a row's instructions), after the max over the whole row (each
     program reads the row, from L2 after the first); program 0 stores xs and HALF's tail."""
@@ -158,20 +165,38 @@ def x16_slice(x_ptr, o_ptr, xs_ptr, m, j, K, stride_xm, stride_om, BLOCK_K: tl.c
     end = stride_om if not HALF else K - 64
     src, ok = _x16_source(pos, K, 0, False, LOGICAL)
     v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (pos < end), other=0.0).to(tl.float32)
-    tl.store(o_ptr + m * stride_om + pos, (v * up).to(tl.float16), mask=pos < end)
+    tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col).to(tl.float16), mask=pos < end)
     if HALF:
-        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, j == 0)
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, j == 0, col)
     tl.store(xs_ptr + m, down, mask=keep_xs & (j == 0))
 
 
 @triton.jit
-def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on):
+def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on, col=None):
     """x_to_f16's half_tail: the 128 positions from K - 64 hold the half chunk in a 64-K step's order (position
     q = 32 i + 16 s + 8 h + 2 t + e: element 16 t + 8 i + 4 e + 2 s + h), then zeros (stored where `on`)."""
     q = tl.arange(0, 128)
     el = logical_elem(q, 16)
     t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < tl.where(on, 64, 0), other=0.0).to(tl.float32)
-    tl.store(o_ptr + m * stride_om + K - 64 + q, (t * up).to(tl.float16), mask=q < tl.where(on, 128, 0))
+    tl.store(o_ptr + m * stride_om + K - 64 + q, _bc_zero(t * up, q, col).to(tl.float16),
+             mask=q < tl.where(on, 128, 0))
+
+
+@triton.jit
+def bc_keep(pos, col):
+    """gemv_mma's BC: whether logical position pos feeds column `col` = 2 t + h of its 16-K MMA step, the column
+    that sums lane t's MXFP4 block (pair half h). An A fragment gives lane t the step's K 2t, 2t + 1 (h = 0)
+    and 2t + 8, 2t + 9 (h = 1) in every order x_to_f16 writes, since each is laid out in whole 16-K steps."""
+    return ((pos // 2) % 4) * 2 + (pos // 8) % 2 == col
+
+
+@triton.jit
+def _bc_zero(v, pos, col):
+    """v where bc_keep(pos, col) (every v without col), else 0."""
+    if col is None:
+        return v
+    else:
+        return tl.where(bc_keep(pos, col), v, 0.0)
 
 
 @triton.jit
@@ -220,7 +245,8 @@ SPLIT_ROWS = int(os.environ.get("LAB_X16_SPLIT_ROWS", "16"))
 
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
              rows: torch.Tensor | None = None, top_k: int = 1,
-             half_tail: bool = False, zero: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             half_tail: bool = False, zero: torch.Tensor | None = None,
+             bc: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -241,8 +267,13 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
 
     zero (bf16 [M, K], contiguous): zeroed by the same launch (moe_mma ATOMIC adds the layer's rows into it, so
     it needs no launch of its own to be cleared).
+
+    bc (logical, no rows): gemv_mma's BC operand, [8 M, width]: row 8 m + c is token m's row with only the
+    positions of MMA column c (bc_keep) kept, zeros elsewhere; xs stays per token.
     """
     M, K = x.shape
+    if bc and (not logical or rows is not None or zero is not None):
+        raise ValueError("bc needs logical order, no rows and no zero")
     if half_tail and not (logical and K % 128 == 64 and pad <= 128):
         raise ValueError(f"half_tail needs logical order, K % 128 == 64 and pad <= 128; got K={K}, pad={pad}")
     if zero is not None and (zero.shape != (M, K) or zero.dtype != torch.bfloat16 or not zero.is_contiguous()):
@@ -251,6 +282,8 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
     S = M if rows is None else rows.numel()
+    if bc:
+        S = 8 * M
     if rows is not None and S != M * top_k:
         raise ValueError(f"rows must hold each of the {M} tokens' {top_k} slots once, got {S} rows")
     o = torch.empty((S, width), device=x.device, dtype=torch.float16)
@@ -260,12 +293,13 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         _x16_kernel[(S, triton.cdiv(width, SLICE))](
             x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE, PLANES=False,
             LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
-            z_ptr=zero, ZERO=zero is not None, **pdl_launch())
+            z_ptr=zero, ZERO=zero is not None, BC=bc, **pdl_launch())
     elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
                           BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,
-                          num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, **pdl_launch())
+                          num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, BC=bc,
+                          **pdl_launch())
     return o, xs
 
 

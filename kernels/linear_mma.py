@@ -63,8 +63,11 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 @triton.jit
 def _halves(p, m):
-    """fp16x2 pair words p scaled by m -> [.., 2] fp16 (low element, high element)."""
-    lo, hi = split_h2(hmul2(p, m))
+    """fp16x2 pair words p scaled by m (None: as they are) -> [.., 2] fp16 (low element, high element)."""
+    if m is None:
+        lo, hi = split_h2(p)
+    else:
+        lo, hi = split_h2(hmul2(p, m))
     return tl.join(lo, hi)
 
 
@@ -85,17 +88,58 @@ def decode_step(v, s, SMAX, NIB: tl.constexpr):
     logical K order: E2M1 * 2^(s - SMAX + 1) (I = 4: whole 128-K chunks; 2: TAIL's 64-K half chunk). NIB:
     words in shuffle_nibbles' layout (nib_pairs, 9 instead of 15 instructions per word); its pairs B, D come 2^8
     larger and get a multiplier 2^8 smaller (one more half2 multiply per block and row; exact, the smaller
-    multiplier at worst an fp16 subnormal)."""
-    m = scale_mult_h2(s, SMAX)[:, :, :, None]
+    multiplier at worst an fp16 subnormal). s None (BC): no scale multiply, E2M1 * 2^-14 (NIB's B, D: * 2^-6),
+    whose scales bc_mult applies after the MMA."""
+    if s is None:
+        m = None
+        mb = None
+    else:
+        m = scale_mult_h2(s, SMAX)[:, :, :, None]
+        mb = m
     if NIB:
         a, b, c, d = nib_pairs(v.to(tl.uint32, bitcast=True))
-        mb = hmul2(m, (m & 0) | NIB_DOWN_H2)
+        if s is not None:
+            mb = hmul2(m, (m & 0) | NIB_DOWN_H2)
     else:
         a, b, c, d = e2m1_pairs(v.to(tl.uint32, bitcast=True))
-        mb = m
     w = tl.join(tl.join(_halves(a, m), _halves(b, mb)), tl.join(_halves(c, m), _halves(d, mb)))  # [R,C,t,i,e,h,s]
     w = tl.permute(w, (0, 1, 3, 6, 5, 2, 4))  # [R, C, i, s, h, t, e]
     return tl.reshape(w, (w.shape[0], w.shape[1] * w.shape[2] * 32))
+
+
+@triton.jit
+def _bc_twice(m):
+    """[R, W] -> [R, 2 W], column j W + c holding column c (bc_mult's copy per token)."""
+    return tl.reshape(tl.permute(tl.join(m, m), (0, 2, 1)), (m.shape[0], 2 * m.shape[1]))
+
+
+@triton.jit
+def bc_mult(s, SMAX, NIB: tl.constexpr, COLS: tl.constexpr):
+    """BC: one chunk's scale bytes [R, 1, 4] (block t of each row) -> fp32 [R, COLS] multipliers, column n that
+    of MMA column n % 8 = 2 t + h (x_to_f16's bc rows): 2^(s - SMAX + 15), for NIB's pair half h = 1 2^(s - SMAX
+    + 7), so a column's sum times it is decode_step's (E2M1 * 2^(s - SMAX + 1) weights); COLS = 8 per token."""
+    e = tl.maximum(tl.reshape(s, (s.shape[0], 4)).to(tl.int32) + (142 - SMAX), 1)
+    m0 = (e << 23).to(tl.float32, bitcast=True)
+    if NIB:
+        m1 = m0 * 0.00390625
+    else:
+        m1 = m0
+    m = tl.reshape(tl.join(m0, m1), (m0.shape[0], 8))
+    if COLS >= 16:
+        m = _bc_twice(m)
+    if COLS >= 32:
+        m = _bc_twice(m)
+    if COLS >= 64:
+        m = _bc_twice(m)
+    if COLS >= 128:
+        m = _bc_twice(m)
+    return m
+
+
+@triton.jit
+def bc_sum(acc):
+    """BC's accumulator [R, 8 T] -> [R, T]: each token's 8 columns added."""
+    return tl.sum(tl.reshape(acc, (acc.shape[0], acc.shape[1] // 8, 8)), axis=2)
 
 
 @triton.jit
@@ -155,9 +199,10 @@ def _tile_offsets(rows, cc, t, i, KW, TILED: tl.constexpr, SM: tl.constexpr = Fa
 @triton.jit
 def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, stride_ym, SMAX,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr,
-                     TILED: tl.constexpr, LOGICAL: tl.constexpr, NIB: tl.constexpr):
+                     TILED: tl.constexpr, LOGICAL: tl.constexpr, NIB: tl.constexpr, BC: tl.constexpr = False):
     """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order (LOGICAL: x
-    stored in logical K order, as WGMMA reads it)."""
+    stored in logical K order, as WGMMA reads it). BC (CHUNKS=1): x is x_to_f16's bc rows (BLOCK_M of them,
+    BLOCK_M / 8 tokens) and each chunk's sums are scaled after the MMA (bc_mult)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     KW = K // 8
@@ -170,16 +215,26 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
     wofs, sofs = _tile_offsets(rows, cc, t, tl.arange(0, 4), KW, TILED)
     WSTEP: tl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
     SSTEP: tl.constexpr = CHUNKS * (64 if TILED else 4)
-    tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M - 1)
+    tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), (8 * M if BC else M) - 1)
     xofs = ((tok * KP)[:, None, None, None] + (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None]
             + tl.arange(0, 32)[None, None, None, :])
     acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
     for c in range(0, tl.cdiv(K, CHUNKS * 128)):
         v = tl.load(w_ptr + wofs + c * WSTEP, mask=c * CHUNKS * 16 + word < KW, other=0)
         s = tl.load(s_ptr + sofs + c * SSTEP, mask=c * CHUNKS * 4 + block < KB, other=0)
-        acc = tc_dot(decode_step(v, s, SMAX, NIB), _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL), acc)
-    _mma_store(acc, xs_ptr, b_ptr, y_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
-               pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX, HAS_BIAS)
+        xq = _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL)
+        if BC:
+            p = tc_dot(decode_step(v, None, SMAX, NIB), xq, tl.zeros((BLOCK_N, BLOCK_M), tl.float32))
+            acc += p * bc_mult(s, SMAX, NIB, BLOCK_M)
+        else:
+            acc = tc_dot(decode_step(v, s, SMAX, NIB), xq, acc)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if BC:
+        _mma_store(bc_sum(acc), xs_ptr, b_ptr, y_ptr, rn, pid_m * (BLOCK_M // 8) + tl.arange(0, BLOCK_M // 8), M, N,
+                   stride_ym, SMAX, HAS_BIAS)
+    else:
+        _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX,
+                   HAS_BIAS)
 
 
 if gluon is not None:
@@ -189,6 +244,8 @@ if gluon is not None:
     _g_store = gluon.jit(_mma_store.fn)
     _g_tile_offsets = gluon.jit(_tile_offsets.fn)
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
+    _g_bc_mult = gluon.jit(bc_mult.fn)
+    _g_bc_sum = gluon.jit(bc_sum.fn)
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -216,6 +273,18 @@ if gluon is not None:
             a1 = warpgroup_mma(gl.convert_layout(a, gl.DotOperandLayout(0, a1.type.layout, 2), assert_trivial=True),
                                xs2.permute((1, 0)), a1, is_async=True)
             return warpgroup_mma_wait(0, deps=[a0, a1])
+
+    @gluon.jit
+    def _g_bc_mma(v, s, SMAX, NIB: gl.constexpr, A_L: gl.constexpr, xs, acc):
+        """BC: one chunk's words v and scale bytes s decoded without their scales, a wgmma of them against x slot
+        xs (x_to_f16's bc rows) into columns of their own started from zero, then acc += those sums times their
+        blocks' scales (bc_mult; the multipliers made before the wgmma, the FMAs in the accumulator's layout)."""
+        L: gl.constexpr = acc.type.layout
+        m = gl.convert_layout(_g_bc_mult(s, SMAX, NIB, acc.shape[1]), L, assert_trivial=True)
+        a = gl.convert_layout(_g_decode_step(v, None, SMAX, NIB), A_L, assert_trivial=True)
+        p = warpgroup_mma(a, xs.permute((1, 0)), gl.zeros(acc.shape, gl.float32, L), use_acc=False, is_async=True)
+        p = warpgroup_mma_wait(0, deps=[p])
+        return acc + p * m
 
     @gluon.jit
     def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
@@ -581,7 +650,7 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tail_step(acc, wsm, ssm, xsm, bar, phase, xtdesc, SMAX, LWH: gl.constexpr, SWH: gl.constexpr,
-                     A_L: gl.constexpr, NIB: gl.constexpr):
+                     A_L: gl.constexpr, NIB: gl.constexpr, BC: gl.constexpr = False):
         """TAIL's last K step, a half step from the slot _g_tail_issue filled: lane t of a row decodes its words
         2t and 2t + 1 (LWH: words [BLOCK_N, 1, 4 (t), 2 (i)]; block t // 2, whose scale byte tail_half put at
         byte t), and the wgmma takes 64 K (4 k-steps) against x's half_tail rows."""
@@ -591,10 +660,11 @@ if gluon is not None:
         v = wsm._reinterpret(gl.int32, [BLOCK_N, 1, 4, 2], SWH).load(LWH)
         s = ssm._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
             (1, 0, 2)).load(gl.SliceLayout(3, LWH))
+        xs = xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout)
+        if BC:  # lane t's block t // 2 has its scale byte at byte t, as bc_mult reads it
+            return _g_bc_mma(v, s, SMAX, NIB, A_L, xs, acc)
         w = _g_decode_step(v, s, SMAX, NIB)
-        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True),
-                            xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout).permute((1, 0)), acc,
-                            is_async=True)
+        acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), xs.permute((1, 0)), acc, is_async=True)
         return warpgroup_mma_wait(0, deps=[acc])
 
     @gluon.jit
@@ -618,10 +688,10 @@ if gluon is not None:
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                     NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, xsm2=None,
-                    xdesc2=None):
+                    xdesc2=None, BC: gl.constexpr = False):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
-        next is read, so a chunk's A registers serve them all."""
+        next is read, so a chunk's A registers serve them all. BC (SEQ or one chunk a step): _g_bc_mma."""
         CHUNKS: gl.constexpr = STEP // 16
         if SEQ:  # wsm [STAGES, CHUNKS, groups, 256], else [STAGES, groups, CHUNKS, 256]
             BLOCK_N: gl.constexpr = wsm.shape[2] * 16
@@ -641,8 +711,10 @@ if gluon is not None:
                 if q == 0:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
                                  steps, STEP, STAGES, XT, g1, xok, SEQ)
-                w = _g_decode_step(v, s, SMAX, NIB)
-                acc = _g_wg_mma(w, A_L, xsm.index(slot * CHUNKS + q), acc)
+                if BC:
+                    acc = _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot * CHUNKS + q), acc)
+                else:
+                    acc = _g_wg_mma(_g_decode_step(v, s, SMAX, NIB), A_L, xsm.index(slot * CHUNKS + q), acc)
         else:
             if not XT:
                 async_copy.wait_group(STAGES - 2)  # this thread's x copies of step c landed
@@ -657,6 +729,8 @@ if gluon is not None:
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
                          STAGES, XT, g1, xok, False, xsm2, xdesc2)
+            if BC:
+                return _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot), acc)
             w = _g_decode_step(v, s, SMAX, NIB)
             if xsm2 is None:
                 acc = _g_wg_mma(w, A_L, xsm.index(slot), acc)
@@ -669,7 +743,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None):
+                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -695,7 +769,7 @@ if gluon is not None:
         xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M and
         acc the pair (the tile's accumulator, one of those rows); where `absorb` the ring and the loop run with the
         extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
-        whose body then has no branch around a wgmma."""
+        whose body then has no branch around a wgmma. BC: _g_bc_mma's steps (gemv_mma's BC)."""
         STEP: gl.constexpr = CHUNKS * 16
         # the slots' plain (unswizzled) layouts, as every tma_descriptors box lands (a PAIRED box reinterprets them)
         PLAIN_W: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
@@ -719,7 +793,8 @@ if gluon is not None:
         gl.thread_barrier()
         if xsm2 is None:
             acc = _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
-                             STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
+                             STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
+                             BC=BC)
         else:
             a0, a1 = acc
             if absorb:
@@ -741,7 +816,7 @@ if gluon is not None:
                    STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                    NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                    tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None):
+                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, BC: gl.constexpr = False):
         """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
         CHUNKS: gl.constexpr = STEP // 16
         if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
@@ -764,12 +839,12 @@ if gluon is not None:
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, BC)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC)
             tail = steps % STAGES
             gl.thread_barrier()  # every warp is done with the slot's last step
             xt = tail * CHUNKS if SEQ else tail
@@ -777,9 +852,9 @@ if gluon is not None:
                           g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC)
             acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail),
-                               (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB)
+                               (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB, BC)
         return acc
 
     @gluon.jit
@@ -808,7 +883,7 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None):
+                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -819,7 +894,8 @@ if gluon is not None:
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
         xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
-        tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop)."""
+        tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop). BC (TMA=2):
+        _g_bc_mma's steps, the accumulator [BLOCK_N, BLOCK_M] of bc rows (8 columns a token)."""
         if KL is None:
             KL = K
         if SEQ:
@@ -837,7 +913,7 @@ if gluon is not None:
                                  xsm2, xdesc2, absorb)
         elif TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ, BC=BC)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:
@@ -864,11 +940,11 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
                    SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
-                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False):
+                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False, BC: gl.constexpr = False):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
-        ts_ptr)."""
+        ts_ptr). BC (TMA=2): x is x_to_f16's bc rows, BLOCK_M of them a program (BLOCK_M / 8 tokens)."""
         if not EARLY:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -884,10 +960,17 @@ if gluon is not None:
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
                             xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
-                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ)
-        rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-        rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-        _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ, BC=BC)
+        if BC:
+            out = _g_bc_sum(acc)
+            LO: gl.constexpr = out.type.layout
+            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LO))
+            rm = pid_m * (BLOCK_M // 8) + gl.arange(0, BLOCK_M // 8, layout=gl.SliceLayout(0, LO))
+            _g_store(out, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
+        else:
+            rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+            rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+            _g_store(acc, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
 
 
 @triton.constexpr_function
@@ -942,7 +1025,9 @@ def wgmma_reason(cfg: dict) -> str | None:
     seq = cfg.get("SEQ", False)
     if seq and (cfg.get("TMA") != 2 or c == 1):
         return "SEQ takes a slot of CHUNKS > 1 chunks landed by TMA=2 one chunk at a time"
-    acc = rows * cfg["BLOCK_M"] // 2
+    if cfg.get("BC") and (cfg.get("TMA") != 2 or not (seq or c == 1)):
+        return "BC scales each chunk's wgmma (TMA=2, one chunk a wgmma: SEQ or CHUNKS=1)"
+    acc = rows * cfg["BLOCK_M"] // 2 * (2 if cfg.get("BC") else 1)  # BC: a chunk's sums beside the accumulator
     regs = acc + 48 * rows * (1 if seq else c)
     if regs > 224 or acc > 64:
         return (f"~{regs} data registers per thread, {acc} accumulators (ROWS*BLOCK_M/2 + 48*ROWS*CHUNKS > 224 or "
@@ -1108,7 +1193,7 @@ def tail_descriptors(p, NG: int):
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
                  WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
-                 STEP_MAJOR=False, SEQ=False):
+                 STEP_MAJOR=False, SEQ=False, BC=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -1136,7 +1221,12 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     of the ring: 7 barriers and 4 copies a step at CHUNKS=2, `./lab sass --loops`), a box of a [piece, token,
     64] view that lands the chunks' 64-column pieces in the order the per-chunk boxes do (a box [CHUNKS, token,
     128] landed each piece of every chunk in turn, and its results were wrong: results/20261129T123024-h200-
-    linear-h200-seq-xbox)."""
+    linear-h200-seq-xbox). BC (WGMMA, TMA=2, SEQ or CHUNKS=1): block columns. Each chunk's wgmma starts from
+    zero and puts the sums of each lane's MXFP4 block t (and pair half h) in MMA column 2 t + h of their own
+    (x_to_f16's bc rows: 8 per token, BLOCK_M / 8 tokens a program); the block scales then multiply those 8
+    columns in fp32 (bc_mult: 2 FMAs per row and chunk) instead of every decoded pair (16 half2 multiplies per
+    row and chunk), and the columns are added once at the end. One token fills the 8 columns an n8 wgmma has
+    anyway; each more token costs 8 columns of tensor work."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -1148,15 +1238,20 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     half = (bool(TAIL and WGMMA) and (CHUNKS == 1 or (seq and (K // CHUNK) % CHUNKS == 0))
             and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None)
     tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
-    x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail)
+    bc = bool(BC)
+    if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0):
+        raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, and BLOCK_M a multiple of 8 (8 x rows a token)")
+    x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(x16.shape[0], BLOCK_M))
     args = (x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, x16.shape[1], y.stride(0),
             p.scale_max)
     meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED, NIB=NIB)
     if INTERPRETED or gluon is None:
-        _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA)
+        if bc:  # the twin scales chunk by chunk
+            meta["CHUNKS"] = 1
+        _mma_twin_kernel[grid](*args, **meta, LOGICAL=WGMMA, BC=bc)
     elif WGMMA:
         lc = 1 if seq else CHUNKS  # the chunks a register or slot layout spans
         LW, LXCP, MMA, SX = wg_layouts(BLOCK_M, ROWS, lc, num_warps)
@@ -1170,7 +1265,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
             # a slot [BLOCK_M, 128] holds its columns in pieces as wide as the swizzle (64 fp16 at 128 bytes), one
             # after another, as a per-chunk box lands them: the pieces of CHUNKS chunks in that order are one box
             kp, w = x16.shape[1], min(CHUNK, SX.swizzle_byte_width // 2 or CHUNK)
-            xdesc = TensorDescriptor(x16, [kp // w, M, w], [w, kp, 1], [CHUNKS * CHUNK // w, BLOCK_M, w],
+            xdesc = TensorDescriptor(x16, [kp // w, x16.shape[0], w], [w, kp, 1], [CHUNKS * CHUNK // w, BLOCK_M, w],
                                      gl.NVMMASharedLayout(SX.swizzle_byte_width, 16, rank=3))
         elif TMA == 2:
             xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX)
@@ -1187,7 +1282,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               SEQ=seq, num_warps=num_warps, **reg_cap(MAXNREG),
+                               SEQ=seq, BC=bc, num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

@@ -129,6 +129,47 @@ def test_gemv_mma_shuffled_nibbles_is_bit_identical(m, n, k, device):
         K.mxfp4_linear(x, s, b, variant="gemv_mma", **rows)
 
 
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_gemv_mma_block_columns_match_the_scaled_decode(m, n, k, device):
+    """BC multiplies unscaled weights into 8 MMA columns a token (x_to_f16's bc rows: column 2t + h holds lane
+    t's block, pair half h) and scales the columns after each chunk: at a 24-binade scale span, with and without
+    NIB, at 1-8 tokens a program and K tails, it agrees with the pre-scaled decode to within bf16 rounding
+    (another fp32 summation order, so not bit for bit) and with the reference."""
+    x, _, b, _ = make(m, n, k, seed=m + 5 * n, dev=device)
+    w = wide_span_weight(n, k, seed=n + 1, dev=device)
+    ref = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).to(device)
+    base = {"ROWS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "STAGES": 2, "RING_W": True, "TMA": 2}
+    for cfg in ({"BLOCK_M": 8, "CHUNKS": 1, "NIB": True}, {"BLOCK_M": 16, "CHUNKS": 2, "SEQ": 2, "NIB": True},
+                {"BLOCK_M": 32, "CHUNKS": 1, "TAIL": True}, {"BLOCK_M": 64, "CHUNKS": 2, "SEQ": True}):
+        cfg = {**base, **cfg}
+        y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
+        yb = K.mxfp4_linear(x, w, b, variant="gemv_mma", BC=True, **cfg)
+        assert rel_err(yb, y.float()) < 2e-3, cfg
+        assert rel_err(yb, ref) < tol("gemv_mma"), cfg
+    v = LINEAR["gemv_mma"]
+    problem = linear_problem(m, K.prepare_mxfp4(w))
+    assert "BC scales each chunk" in v.reason({**v.defaults, **base, "CHUNKS": 2, "BC": True}, problem)
+    assert "apply only with WGMMA" in v.reason({**v.defaults, "BC": True}, problem)
+
+
+def test_x_to_f16_block_column_rows(device):
+    """x_to_f16(bc=True): row 8m + c is token m's logical row with only column c's positions (bc_keep) kept, so
+    a token's 8 rows add up to its plain row; half_tail's positions too; xs is the plain call's."""
+    from kernels.linear_f16 import x_to_f16
+    g = torch.Generator().manual_seed(3)
+    for m, k, half in ((1, 2880, True), (3, 320, False), (2, 192, True)):
+        x = torch.randn(m, k, generator=g).to(torch.bfloat16).to(device)
+        o, xs = x_to_f16(x, pad=128, logical=True, half_tail=half)
+        ob, xsb = x_to_f16(x, pad=128, logical=True, half_tail=half, bc=True)
+        assert ob.shape == (8 * m, o.shape[1]) and torch.equal(xs, xsb)
+        q = torch.arange(o.shape[1], device=device)
+        col = ((q // 2) % 4) * 2 + (q // 8) % 2
+        for c in range(8):
+            assert torch.equal(ob[c::8], torch.where(col == c, o, torch.zeros_like(o)))
+    with pytest.raises(ValueError, match="bc needs logical order"):
+        x_to_f16(x, bc=True)
+
+
 def test_tile_layout_places_each_row_chunk(device):
     """Word j of row r, chunk c sits at [r // 16, c, r % 16, j]; deinterleaved, gate row 2i and linear row
     2i + 1 land at group rows i and half + i; the tiled copy is cached, is its own tiling (a weight already
