@@ -447,7 +447,7 @@ register(Variant(
            "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
            "EARLY": (False, True), "TAIL": (False, True), "STEP_MAJOR": (False, True), "SEQ": (False, True, 2),
-           "BC": (False, True)},
+           "BC": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False,
               "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False, "BC": False},

@@ -79,10 +79,12 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
                 PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False,
-                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False, BC: tl.constexpr = False):
+                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False, BC: tl.constexpr = 0):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
     GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0.
-    BC: output row p holds x row p // 8 where bc_keep(position, p % 8), zeros elsewhere.
+    BC (x_to_f16's bc; TOPK then the number of tokens): output row p holds, at the positions that feed MMA
+    column p % 8 (bc_keep), x row p // 8 (BC=1) or row 2 (p // 8) + p % 2 (BC=2; the last row where that is
+    past TOPK), zeros elsewhere.
     BLOCK_F (a power of two >= K): the row is split over the grid's second axis, BLOCK_K positions a program
     (x16_slice), instead of one program a row. ZERO: the same programs also zero row m of z ([M, K] bf16)."""
     pdl_enter()
@@ -94,18 +96,19 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
         o_ptr += (p - m).to(tl.int64) * stride_om  # so that row m lands at row p
         keep = slot % TOPK == 0
     elif BC:
-        m = p // 8
+        m = p // 8 if BC == 1 else tl.minimum(p // 8 * 2 + p % 2, TOPK - 1)
         o_ptr += (p - m).to(tl.int64) * stride_om
-        keep = p % 8 == 0
+        keep = p % 8 < BC
         col = p % 8
     else:
         m = p
         keep = True
     if BLOCK_F:
         x16_slice(x_ptr, o_ptr, xs_ptr, m, tl.program_id(1), K, stride_xm, stride_om, BLOCK_K, BLOCK_F, LOGICAL, keep,
-                  HALF, col)
+                  HALF, col, BC)
     else:
-        x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF, col)
+        x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K, PLANES, LOGICAL, keep, HALF, col,
+                BC)
     if ZERO:  # the row's positions this program stores (the whole row without BLOCK_F), by one of its slots
         z_row = z_ptr + m.to(tl.int64) * K
         z_end = K
@@ -122,20 +125,22 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
 
 @triton.jit
 def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr, PLANES: tl.constexpr,
-            LOGICAL: tl.constexpr = False, keep_xs=True, HALF: tl.constexpr = False, col=None):
+            LOGICAL: tl.constexpr = False, keep_xs=True, HALF: tl.constexpr = False, col=None,
+            BC: tl.constexpr = 1):
     """x_to_f16 of row m (one program; also moe_fused's first stage). A row of at most BLOCK_K output positions
     takes one pass: each element is gathered once into its output position (padding as zeros), so the row's
     max comes from the same registers that are then stored (one load round trip, not two). Longer rows: a
     max pass in blocks of BLOCK_K, then the gather pass. HALF (x_to_f16's half_tail): the last 128 positions
     from K - 64 are stored apart, in a 64-K step's order, by a second small gather (the index arithmetic on the
-    row's 128 positions only). col (x_to_f16's bc): only the positions bc_keep(position, col) keep their value."""
+    row's 128 positions only). col (x_to_f16's bc): only the positions that feed MMA column col keep their value
+    (_bc_zero)."""
     rk = tl.arange(0, BLOCK_K)
     end = stride_om if not HALF else K - 64  # positions stored by the main pass
     if stride_om <= BLOCK_K:
         src, ok = _x16_source(rk, K, PLANE, PLANES, LOGICAL)
         v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (rk < stride_om), other=0.0).to(tl.float32)
         up, down = f16_row_scale(tl.max(tl.abs(v), axis=0))
-        tl.store(o_ptr + m * stride_om + rk, _bc_zero(v * up, rk, col).to(tl.float16), mask=rk < end)
+        tl.store(o_ptr + m * stride_om + rk, _bc_zero(v * up, rk, col, BC).to(tl.float16), mask=rk < end)
     else:
         amax = tl.zeros((BLOCK_K,), tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -146,15 +151,15 @@ def x16_row(x_ptr, o_ptr, xs_ptr, m, K, stride_xm, stride_om, PLANE, BLOCK_K: tl
             pos = k0 + rk
             src, ok = _x16_source(pos, K, PLANE, PLANES, LOGICAL)
             v = tl.load(x_ptr + m * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
-            tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col).to(tl.float16), mask=pos < end)
+            tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col, BC).to(tl.float16), mask=pos < end)
     if HALF:
-        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, m >= 0, col)
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, m >= 0, col, BC)
     tl.store(xs_ptr + m, down, mask=keep_xs)
 
 
 @triton.jit
 def x16_slice(x_ptr, o_ptr, xs_ptr, m, j, K, stride_xm, stride_om, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
-              LOGICAL: tl.constexpr, keep_xs, HALF: tl.constexpr, col=None):
+              LOGICAL: tl.constexpr, keep_xs, HALF: tl.constexpr, col=None, BC: tl.constexpr = 1):
     """x16_row of row m split over programs: program j stores positions j * BLOCK_K .. + BLOCK_K (a few per
     thread: the position arithmetic is most of a row's instructions), after the max over the whole row (each
     program reads the row, from L2 after the first); program 0 stores xs and HALF's tail."""
@@ -165,38 +170,46 @@ def x16_slice(x_ptr, o_ptr, xs_ptr, m, j, K, stride_xm, stride_om, BLOCK_K: tl.c
     end = stride_om if not HALF else K - 64
     src, ok = _x16_source(pos, K, 0, False, LOGICAL)
     v = tl.load(x_ptr + m * stride_xm + src, mask=ok & (pos < end), other=0.0).to(tl.float32)
-    tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col).to(tl.float16), mask=pos < end)
+    tl.store(o_ptr + m * stride_om + pos, _bc_zero(v * up, pos, col, BC).to(tl.float16), mask=pos < end)
     if HALF:
-        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, j == 0, col)
+        _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, j == 0, col, BC)
     tl.store(xs_ptr + m, down, mask=keep_xs & (j == 0))
 
 
 @triton.jit
-def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on, col=None):
+def _x16_half_tail(x_ptr, o_ptr, m, K, stride_xm, stride_om, up, on, col=None, BC: tl.constexpr = 1):
     """x_to_f16's half_tail: the 128 positions from K - 64 hold the half chunk in a 64-K step's order (position
     q = 32 i + 16 s + 8 h + 2 t + e: element 16 t + 8 i + 4 e + 2 s + h), then zeros (stored where `on`)."""
     q = tl.arange(0, 128)
     el = logical_elem(q, 16)
     t = tl.load(x_ptr + m * stride_xm + K - 64 + el, mask=q < tl.where(on, 64, 0), other=0.0).to(tl.float32)
-    tl.store(o_ptr + m * stride_om + K - 64 + q, _bc_zero(t * up, q, col).to(tl.float16),
+    tl.store(o_ptr + m * stride_om + K - 64 + q, _bc_zero(t * up, q, col, BC).to(tl.float16),
              mask=q < tl.where(on, 128, 0))
 
 
 @triton.jit
-def bc_keep(pos, col):
-    """gemv_mma's BC: whether logical position pos feeds column `col` = 2 t + h of its 16-K MMA step, the column
-    that sums lane t's MXFP4 block (pair half h). An A fragment gives lane t the step's K 2t, 2t + 1 (h = 0)
-    and 2t + 8, 2t + 9 (h = 1) in every order x_to_f16 writes, since each is laid out in whole 16-K steps."""
-    return ((pos // 2) % 4) * 2 + (pos // 8) % 2 == col
+def bc_keep(pos, col, BC: tl.constexpr = 1):
+    """gemv_mma's BC: whether logical position pos feeds MMA column `col` of its 16-K step. An A fragment gives
+    lane t the step's K 2t, 2t + 1 (pair half h = 0) and 2t + 8, 2t + 9 (h = 1) in every order x_to_f16 writes,
+    since each is laid out in whole 16-K steps, and lane t holds MXFP4 block t of its rows: column 2 t + h sums
+    that block's half h (BC=1), or column 2 t + j block t for token j of two (BC=2)."""
+    t = (pos // 2) % 4
+    if BC == 1:
+        return t * 2 + (pos // 8) % 2 == col
+    else:
+        return t == col // 2
 
 
 @triton.jit
-def _bc_zero(v, pos, col):
-    """v where bc_keep(pos, col) (every v without col), else 0."""
+def _bc_zero(v, pos, col, BC: tl.constexpr = 1):
+    """v where bc_keep(pos, col) (every v without col), else 0; BC=2 also takes pair half h = 1 down 2^8 (NIB's
+    pairs B, D decode 2^8 larger, and its two columns of a block share one multiplier)."""
     if col is None:
         return v
-    else:
+    elif BC == 1:
         return tl.where(bc_keep(pos, col), v, 0.0)
+    else:
+        return tl.where(bc_keep(pos, col, BC), tl.where((pos // 8) % 2 == 1, v * 0.00390625, v), 0.0)
 
 
 @triton.jit
@@ -246,7 +259,7 @@ SPLIT_ROWS = int(os.environ.get("LAB_X16_SPLIT_ROWS", "16"))
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
              rows: torch.Tensor | None = None, top_k: int = 1,
              half_tail: bool = False, zero: torch.Tensor | None = None,
-             bc: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             bc: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -268,8 +281,9 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     zero (bf16 [M, K], contiguous): zeroed by the same launch (moe_mma ATOMIC adds the layer's rows into it, so
     it needs no launch of its own to be cleared).
 
-    bc (logical, no rows): gemv_mma's BC operand, [8 M, width]: row 8 m + c is token m's row with only the
-    positions of MMA column c (bc_keep) kept, zeros elsewhere; xs stays per token.
+    bc (logical, no rows): gemv_mma's BC operand, 8 rows a group of bc tokens: row 8 g + c holds the positions
+    of MMA column c (bc_keep) of token g (bc=1: [8 M, width]) or 2 g + c % 2 (bc=2: [8 ceil(M / 2), width]; its
+    pair half h = 1 2^8 smaller, for NIB), zeros elsewhere; xs stays per token.
     """
     M, K = x.shape
     if bc and (not logical or rows is not None or zero is not None):
@@ -283,7 +297,7 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
     S = M if rows is None else rows.numel()
     if bc:
-        S = 8 * M
+        S = 8 * -(-M // bc)
     if rows is not None and S != M * top_k:
         raise ValueError(f"rows must hold each of the {M} tokens' {top_k} slots once, got {S} rows")
     o = torch.empty((S, width), device=x.device, dtype=torch.float16)
@@ -291,14 +305,14 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     if S and not planes and S <= SPLIT_ROWS and width > SLICE and K <= 8192:
         # few rows (decode): each row over several programs, SLICE positions each (x16_slice)
         _x16_kernel[(S, triton.cdiv(width, SLICE))](
-            x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE, PLANES=False,
-            LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
-            z_ptr=zero, ZERO=zero is not None, BC=bc, **pdl_launch())
+            x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE,
+            PLANES=False, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
+            z_ptr=zero, ZERO=zero is not None, BC=int(bc), **pdl_launch())
     elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
-        _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, top_k, K, x.stride(0), width, width // 4,
+        _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, width // 4,
                           BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,
-                          num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, BC=bc,
+                          num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, BC=int(bc),
                           **pdl_launch())
     return o, xs
 

@@ -114,13 +114,14 @@ def _bc_twice(m):
 
 
 @triton.jit
-def bc_mult(s, SMAX, NIB: tl.constexpr, COLS: tl.constexpr):
+def bc_mult(s, SMAX, NIB: tl.constexpr, COLS: tl.constexpr, BC: tl.constexpr = 1):
     """BC: one chunk's scale bytes [R, 1, 4] (block t of each row) -> fp32 [R, COLS] multipliers, column n that
-    of MMA column n % 8 = 2 t + h (x_to_f16's bc rows): 2^(s - SMAX + 15), for NIB's pair half h = 1 2^(s - SMAX
-    + 7), so a column's sum times it is decode_step's (E2M1 * 2^(s - SMAX + 1) weights); COLS = 8 per token."""
+    of MMA column n % 8 (x_to_f16's bc rows, kernels.linear_f16.bc_keep): block t's 2^(s - SMAX + 15), so a
+    column's sum times it is decode_step's (E2M1 * 2^(s - SMAX + 1) weights); BC=1's column 2 t + 1 (NIB's pair
+    half h = 1, which decodes 2^8 larger) 2^(s - SMAX + 7). BC=2's x rows take that 2^8 themselves."""
     e = tl.maximum(tl.reshape(s, (s.shape[0], 4)).to(tl.int32) + (142 - SMAX), 1)
     m0 = (e << 23).to(tl.float32, bitcast=True)
-    if NIB:
+    if NIB and BC == 1:
         m1 = m0 * 0.00390625
     else:
         m1 = m0
@@ -137,9 +138,14 @@ def bc_mult(s, SMAX, NIB: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
-def bc_sum(acc):
-    """BC's accumulator [R, 8 T] -> [R, T]: each token's 8 columns added."""
-    return tl.sum(tl.reshape(acc, (acc.shape[0], acc.shape[1] // 8, 8)), axis=2)
+def bc_sum(acc, BC: tl.constexpr = 1):
+    """BC's accumulator [R, 8 G] -> [R, BC G] tokens: BC=1 a token's 8 columns added, BC=2 the 4 columns of each
+    token of a pair (column 2 t + j: token 2 g + j)."""
+    if BC == 1:
+        return tl.sum(tl.reshape(acc, (acc.shape[0], acc.shape[1] // 8, 8)), axis=2)
+    else:
+        r = tl.sum(tl.reshape(acc, (acc.shape[0], acc.shape[1] // 8, 4, 2)), axis=2)
+        return tl.reshape(r, (acc.shape[0], acc.shape[1] // 4))
 
 
 @triton.jit
@@ -202,7 +208,7 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
                      TILED: tl.constexpr, LOGICAL: tl.constexpr, NIB: tl.constexpr, BC: tl.constexpr = False):
     """gemv_mma's steps in plain Triton (the interpreter path): same data, decode and K order (LOGICAL: x
     stored in logical K order, as WGMMA reads it). BC (CHUNKS=1): x is x_to_f16's bc rows (BLOCK_M of them,
-    BLOCK_M / 8 tokens) and each chunk's sums are scaled after the MMA (bc_mult)."""
+    BLOCK_M / 8 * BC tokens) and each chunk's sums are scaled after the MMA (bc_mult)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     KW = K // 8
@@ -215,7 +221,7 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
     wofs, sofs = _tile_offsets(rows, cc, t, tl.arange(0, 4), KW, TILED)
     WSTEP: tl.constexpr = CHUNKS * (256 if TILED else 16)  # words and scale bytes one step advances
     SSTEP: tl.constexpr = CHUNKS * (64 if TILED else 4)
-    tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), (8 * M if BC else M) - 1)
+    tok = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), (8 * tl.cdiv(M, BC) if BC else M) - 1)
     xofs = ((tok * KP)[:, None, None, None] + (cc * 128)[None, :, None, None] + (t * 32)[None, None, :, None]
             + tl.arange(0, 32)[None, None, None, :])
     acc = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
@@ -225,13 +231,14 @@ def _mma_twin_kernel(x_ptr, xs_ptr, w_ptr, s_ptr, b_ptr, y_ptr, M, N, K, KP, str
         xq = _x_step(tl.load(x_ptr + xofs + c * CHUNKS * 128), LOGICAL)
         if BC:
             p = tc_dot(decode_step(v, None, SMAX, NIB), xq, tl.zeros((BLOCK_N, BLOCK_M), tl.float32))
-            acc += p * bc_mult(s, SMAX, NIB, BLOCK_M)
+            acc += p * bc_mult(s, SMAX, NIB, BLOCK_M, BC)
         else:
             acc = tc_dot(decode_step(v, s, SMAX, NIB), xq, acc)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if BC:
-        _mma_store(bc_sum(acc), xs_ptr, b_ptr, y_ptr, rn, pid_m * (BLOCK_M // 8) + tl.arange(0, BLOCK_M // 8), M, N,
-                   stride_ym, SMAX, HAS_BIAS)
+        T: tl.constexpr = BLOCK_M // 8 * BC
+        _mma_store(bc_sum(acc, BC), xs_ptr, b_ptr, y_ptr, rn, pid_m * T + tl.arange(0, T), M, N, stride_ym, SMAX,
+                   HAS_BIAS)
     else:
         _mma_store(acc, xs_ptr, b_ptr, y_ptr, rn, pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_ym, SMAX,
                    HAS_BIAS)
@@ -275,12 +282,12 @@ if gluon is not None:
             return warpgroup_mma_wait(0, deps=[a0, a1])
 
     @gluon.jit
-    def _g_bc_mma(v, s, SMAX, NIB: gl.constexpr, A_L: gl.constexpr, xs, acc):
+    def _g_bc_mma(v, s, SMAX, NIB: gl.constexpr, A_L: gl.constexpr, xs, acc, BC: gl.constexpr):
         """BC: one chunk's words v and scale bytes s decoded without their scales, a wgmma of them against x slot
         xs (x_to_f16's bc rows) into columns of their own started from zero, then acc += those sums times their
         blocks' scales (bc_mult; the multipliers made before the wgmma, the FMAs in the accumulator's layout)."""
         L: gl.constexpr = acc.type.layout
-        m = gl.convert_layout(_g_bc_mult(s, SMAX, NIB, acc.shape[1]), L, assert_trivial=True)
+        m = gl.convert_layout(_g_bc_mult(s, SMAX, NIB, acc.shape[1], BC), L, assert_trivial=True)
         a = gl.convert_layout(_g_decode_step(v, None, SMAX, NIB), A_L, assert_trivial=True)
         p = warpgroup_mma(a, xs.permute((1, 0)), gl.zeros(acc.shape, gl.float32, L), use_acc=False, is_async=True)
         p = warpgroup_mma_wait(0, deps=[p])
@@ -662,7 +669,7 @@ if gluon is not None:
             (1, 0, 2)).load(gl.SliceLayout(3, LWH))
         xs = xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout)
         if BC:  # lane t's block t // 2 has its scale byte at byte t, as bc_mult reads it
-            return _g_bc_mma(v, s, SMAX, NIB, A_L, xs, acc)
+            return _g_bc_mma(v, s, SMAX, NIB, A_L, xs, acc, BC)
         w = _g_decode_step(v, s, SMAX, NIB)
         acc = warpgroup_mma(gl.convert_layout(w, A_L, assert_trivial=True), xs.permute((1, 0)), acc, is_async=True)
         return warpgroup_mma_wait(0, deps=[acc])
@@ -712,7 +719,7 @@ if gluon is not None:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
                                  steps, STEP, STAGES, XT, g1, xok, SEQ)
                 if BC:
-                    acc = _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot * CHUNKS + q), acc)
+                    acc = _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot * CHUNKS + q), acc, BC)
                 else:
                     acc = _g_wg_mma(_g_decode_step(v, s, SMAX, NIB), A_L, xsm.index(slot * CHUNKS + q), acc)
         else:
@@ -730,7 +737,7 @@ if gluon is not None:
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
                          STAGES, XT, g1, xok, False, xsm2, xdesc2)
             if BC:
-                return _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot), acc)
+                return _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot), acc, BC)
             w = _g_decode_step(v, s, SMAX, NIB)
             if xsm2 is None:
                 acc = _g_wg_mma(w, A_L, xsm.index(slot), acc)
@@ -944,7 +951,7 @@ if gluon is not None:
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
-        ts_ptr). BC (TMA=2): x is x_to_f16's bc rows, BLOCK_M of them a program (BLOCK_M / 8 tokens)."""
+        ts_ptr). BC (TMA=2): x is x_to_f16's bc rows, BLOCK_M of them a program (BLOCK_M / 8 * BC tokens)."""
         if not EARLY:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -962,10 +969,11 @@ if gluon is not None:
                             xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
                             TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ, BC=BC)
         if BC:
-            out = _g_bc_sum(acc)
+            out = _g_bc_sum(acc, BC)
             LO: gl.constexpr = out.type.layout
+            T: gl.constexpr = BLOCK_M // 8 * BC
             rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LO))
-            rm = pid_m * (BLOCK_M // 8) + gl.arange(0, BLOCK_M // 8, layout=gl.SliceLayout(0, LO))
+            rm = pid_m * T + gl.arange(0, T, layout=gl.SliceLayout(0, LO))
             _g_store(out, xs_ptr, b_ptr, y_ptr, rn, rm, M, N, stride_ym, SMAX, HAS_BIAS)
         else:
             rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
@@ -1027,6 +1035,8 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "SEQ takes a slot of CHUNKS > 1 chunks landed by TMA=2 one chunk at a time"
     if cfg.get("BC") and (cfg.get("TMA") != 2 or not (seq or c == 1)):
         return "BC scales each chunk's wgmma (TMA=2, one chunk a wgmma: SEQ or CHUNKS=1)"
+    if cfg.get("BC") == 2 and not cfg.get("NIB"):
+        return "BC=2 puts NIB's 2^8 of pair half h = 1 into x's rows (it needs NIB)"
     acc = rows * cfg["BLOCK_M"] // 2 * (2 if cfg.get("BC") else 1)  # BC: a chunk's sums beside the accumulator
     regs = acc + 48 * rows * (1 if seq else c)
     if regs > 224 or acc > 64:
@@ -1226,7 +1236,9 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     (x_to_f16's bc rows: 8 per token, BLOCK_M / 8 tokens a program); the block scales then multiply those 8
     columns in fp32 (bc_mult: 2 FMAs per row and chunk) instead of every decoded pair (16 half2 multiplies per
     row and chunk), and the columns are added once at the end. One token fills the 8 columns an n8 wgmma has
-    anyway; each more token costs 8 columns of tensor work."""
+    anyway. BC=2 (NIB): column 2 t + j sums block t for token j of a pair (x's pair half h = 1 rows 2^8 smaller
+    instead of a second multiplier), so an n8 wgmma serves two tokens. On an H200's lm_head at one token 77.7
+    against 79.6 us (results/20261129T153649-h200-linear-h200-bc); 16-64 rows a program (2-8 tokens, BC=1) lost."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -1238,9 +1250,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     half = (bool(TAIL and WGMMA) and (CHUNKS == 1 or (seq and (K // CHUNK) % CHUNKS == 0))
             and K % CHUNK == CHUNK // 2 and not INTERPRETED and gluon is not None)
     tail, ring_tail = half and TMA == 2, half and bool(RING_W) and not TMA  # TMA=2's boxes, or the cp.async ring
-    bc = bool(BC)
-    if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0):
-        raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, and BLOCK_M a multiple of 8 (8 x rows a token)")
+    bc = int(BC)
+    if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0 and (NIB or bc == 1)):
+        raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, BLOCK_M a multiple of 8 (8 x rows a group of BC "
+                         "tokens), and BC=2 NIB")
     x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps

@@ -139,17 +139,21 @@ def test_gemv_mma_block_columns_match_the_scaled_decode(m, n, k, device):
     w = wide_span_weight(n, k, seed=n + 1, dev=device)
     ref = K.reference_linear(x.float().cpu(), w.to("cpu"), b.float().cpu()).to(device)
     base = {"ROWS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "STAGES": 2, "RING_W": True, "TMA": 2}
-    for cfg in ({"BLOCK_M": 8, "CHUNKS": 1, "NIB": True}, {"BLOCK_M": 16, "CHUNKS": 2, "SEQ": 2, "NIB": True},
-                {"BLOCK_M": 32, "CHUNKS": 1, "TAIL": True}, {"BLOCK_M": 64, "CHUNKS": 2, "SEQ": True}):
+    for bc, cfg in ((True, {"BLOCK_M": 8, "CHUNKS": 1, "NIB": True}),
+                    (True, {"BLOCK_M": 16, "CHUNKS": 2, "SEQ": 2, "NIB": True}),
+                    (True, {"BLOCK_M": 32, "CHUNKS": 1, "TAIL": True}), (True, {"BLOCK_M": 64, "CHUNKS": 2, "SEQ": True}),
+                    (2, {"BLOCK_M": 8, "CHUNKS": 2, "SEQ": 2, "NIB": True}),
+                    (2, {"BLOCK_M": 16, "CHUNKS": 1, "NIB": True, "TAIL": True})):
         cfg = {**base, **cfg}
         y = K.mxfp4_linear(x, w, b, variant="gemv_mma", **cfg)
-        yb = K.mxfp4_linear(x, w, b, variant="gemv_mma", BC=True, **cfg)
-        assert rel_err(yb, y.float()) < 2e-3, cfg
-        assert rel_err(yb, ref) < tol("gemv_mma"), cfg
+        yb = K.mxfp4_linear(x, w, b, variant="gemv_mma", BC=bc, **cfg)
+        assert rel_err(yb, y.float()) < 2e-3, (bc, cfg)
+        assert rel_err(yb, ref) < tol("gemv_mma"), (bc, cfg)
     v = LINEAR["gemv_mma"]
     problem = linear_problem(m, K.prepare_mxfp4(w))
     assert "BC scales each chunk" in v.reason({**v.defaults, **base, "CHUNKS": 2, "BC": True}, problem)
     assert "apply only with WGMMA" in v.reason({**v.defaults, "BC": True}, problem)
+    assert "it needs NIB" in v.reason({**v.defaults, **base, "BC": 2}, problem)
 
 
 def test_x_to_f16_block_column_rows(device):
@@ -160,12 +164,20 @@ def test_x_to_f16_block_column_rows(device):
     for m, k, half in ((1, 2880, True), (3, 320, False), (2, 192, True)):
         x = torch.randn(m, k, generator=g).to(torch.bfloat16).to(device)
         o, xs = x_to_f16(x, pad=128, logical=True, half_tail=half)
-        ob, xsb = x_to_f16(x, pad=128, logical=True, half_tail=half, bc=True)
+        ob, xsb = x_to_f16(x, pad=128, logical=True, half_tail=half, bc=1)
         assert ob.shape == (8 * m, o.shape[1]) and torch.equal(xs, xsb)
         q = torch.arange(o.shape[1], device=device)
-        col = ((q // 2) % 4) * 2 + (q // 8) % 2
+        t, h = (q // 2) % 4, (q // 8) % 2
         for c in range(8):
-            assert torch.equal(ob[c::8], torch.where(col == c, o, torch.zeros_like(o)))
+            assert torch.equal(ob[c::8], torch.where(2 * t + h == c, o, torch.zeros_like(o)))
+        # bc=2: row 8 g + c holds block t = c // 2 of token 2 g + c % 2 (the last token where that is past m),
+        # pair half h = 1 taken down 2^8
+        o2, xs2 = x_to_f16(x, pad=128, logical=True, half_tail=half, bc=2)
+        assert o2.shape == (8 * -(-m // 2), o.shape[1]) and torch.equal(xs, xs2)
+        down = torch.where(h == 1, o.float() / 256, o.float()).half()
+        for r in range(o2.shape[0]):
+            tok = min(2 * (r // 8) + r % 2, m - 1)
+            assert torch.equal(o2[r], torch.where(t == (r % 8) // 2, down[tok], torch.zeros_like(o[0]))), r
     with pytest.raises(ValueError, match="bc needs logical order"):
         x_to_f16(x, bc=True)
 
