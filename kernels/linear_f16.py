@@ -306,8 +306,8 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         # few rows (decode): each row over several programs, SLICE positions each (x16_slice)
         _x16_kernel[(S, triton.cdiv(width, SLICE))](
             x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE,
-            PLANES=False, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K), num_warps=4,
-            z_ptr=zero, ZERO=zero is not None, BC=int(bc), **pdl_launch())
+            PLANES=False, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K),
+            num_warps=4, z_ptr=zero, ZERO=zero is not None, BC=int(bc), **pdl_launch())
     elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, width // 4,

@@ -141,7 +141,8 @@ def test_gemv_mma_block_columns_match_the_scaled_decode(m, n, k, device):
     base = {"ROWS": 1, "num_warps": 4, "TILED": True, "WGMMA": True, "STAGES": 2, "RING_W": True, "TMA": 2}
     for bc, cfg in ((True, {"BLOCK_M": 8, "CHUNKS": 1, "NIB": True}),
                     (True, {"BLOCK_M": 16, "CHUNKS": 2, "SEQ": 2, "NIB": True}),
-                    (True, {"BLOCK_M": 32, "CHUNKS": 1, "TAIL": True}), (True, {"BLOCK_M": 64, "CHUNKS": 2, "SEQ": True}),
+                    (True, {"BLOCK_M": 32, "CHUNKS": 1, "TAIL": True}),
+                    (True, {"BLOCK_M": 64, "CHUNKS": 2, "SEQ": True}),
                     (2, {"BLOCK_M": 8, "CHUNKS": 2, "SEQ": 2, "NIB": True}),
                     (2, {"BLOCK_M": 16, "CHUNKS": 1, "NIB": True, "TAIL": True})):
         cfg = {**base, **cfg}
