@@ -285,7 +285,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     same launch) before it reads any input row, so the weight loads are in flight while it waits. PREFETCH:
     the next K tile's weights are loaded before this one is used (two tiles in flight: with K = 2880 and
     BLOCK_K = 2048, the whole row tile at once). EARLY: the PDL wait (pdl_enter) comes here, after the routing
-    reads and the first weight tile's loads, before any input row is read; EARLY=2: the K tail's loads too."""
+    reads and the first weight tile's loads, before any input row is read."""
     G: tl.constexpr = BLOCK_K // 32
     TW: tl.constexpr = BLOCK_K // 8
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -306,8 +306,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
     acc = tl.zeros((BLOCK_N, G, BLOCK_M), tl.float32)
     full = KB // G
     v_next, s_next = h2g_first_loads(wp, sp, word, rg, full, TW, G, PREFETCH)
-    if EARLY == 2:  # the K tail's weights before the wait too
-        wm_t, v_t, s_t = h2g_tail_loads(wp + full * WSTEP, sp + full * SSTEP, word, rg, full, K, TW, G)
     if EARLY:
         pdl_enter()
     for t in tl.range(0, full, num_stages=STAGES):
@@ -320,10 +318,7 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
         wp += WSTEP
         sp += SSTEP
     if full * G < KB:
-        if EARLY == 2:
-            wm, v, s = wm_t, v_t, s_t
-        else:
-            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
+        wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
         if WAIT:
             if full == 0:
                 wait_count(wait_ptr, wait_need)
@@ -618,8 +613,8 @@ def _launch_h2g(phase, xq, xs, r: Routing, p: PreparedMXFP4, b, out, alpha, limi
     extra = reg_cap(cfg.get("MAXNREG") if phase == 1 else cfg.get("MAXNREG2"))
     if phase == 1 and inner and cfg.get("EARLY"):  # x16 from router_logits: route's launch came just before
         extra["EARLY"] = True
-    if phase == 2 and cfg.get("EARLY") in (2, 3):  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
-        extra["EARLY"] = 2 if cfg["EARLY"] == 3 else True  # 3: its K tail's weights before the wait too
+    if phase == 2 and cfg.get("EARLY") == 2:  # mlp2 always follows this call's mlp1 (rule: not with CHAIN)
+        extra["EARLY"] = True
     if chain is not None:
         grid = grid[::-1]
         extra.update(chain_ptr=chain, S=r.sorted.numel(), NEED=need, CHAIN=True)
@@ -696,7 +691,7 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
                 num_warps=cfg["num_warps"], num_stages=1)
             return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
-                "num_warps": cfg.get("WARPS2") or cfg["num_warps"], "BLOCK_K": cfg.get("BLOCK_K2") or cfg["BLOCK_K"]}
+                "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
     else:
         if cfg.get("F16"):  # fp16 rows in x_to_f16's word-major order; act stored the same way by mlp1
@@ -730,7 +725,7 @@ def _run_moe_tc(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, **cf
 # ------------------------------------------------------------------------------------------------------------
 # Registry and entry point
 
-_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "BLOCK_N2", "BLOCK_K2")
+_pow2 = rule_pow2("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "BLOCK_N2")
 
 
 def _rule_tc(cfg, problem):
@@ -758,15 +753,13 @@ def _rule_h2g_combine(cfg, problem):
         return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
     if cfg.get("PREFETCH") and cfg.get("COMBINE"):
         return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
-    if cfg.get("EARLY") in (2, 3) and cfg.get("COMBINE"):
-        return f"EARLY={cfg['EARLY']} moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
-    for opt in ("WARPS2", "MAXNREG2", "BLOCK_K2"):
+    if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
+        return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
+    for opt in ("WARPS2", "MAXNREG2"):
         if cfg.get(opt) and cfg.get("COMBINE"):
             return f"{opt} builds the separate mlp2 launch, which COMBINE=True fuses away: use COMBINE=False"
     if cfg.get("WARPS2") is not None and cfg["WARPS2"] == cfg["num_warps"]:
         return f"WARPS2={cfg['WARPS2']} equals num_warps (None repeats this config)"
-    if cfg.get("BLOCK_K2") is not None and cfg["BLOCK_K2"] == cfg["BLOCK_K"]:
-        return f"BLOCK_K2={cfg['BLOCK_K2']} equals BLOCK_K (None repeats this config)"
     return None
 
 
@@ -778,9 +771,8 @@ def _rule_h2g_chain(cfg, problem):
         return "CHAIN orders the two launches of COMBINE=False (mlp1 then mlp2): use COMBINE=False with CHAIN"
     if problem.get("m", 0) * problem.get("top_k", 1) > 65535:
         return "CHAIN's grid puts the T*k sorted positions on grid axis 1 (at most 65535)"
-    if cfg.get("EARLY") in (2, 3):
-        return (f"EARLY={cfg['EARLY']} moves mlp2's PDL wait, which CHAIN's mlp2 has not (it waits on counters): "
-                "use EARLY=True")
+    if cfg.get("EARLY") == 2:
+        return "EARLY=2 moves mlp2's PDL wait, which CHAIN's mlp2 has not (it waits on counters): use EARLY=True"
     return None
 
 
@@ -790,11 +782,11 @@ register(Variant(
            "num_warps": (1, 2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4),
            "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
-           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2, 3), "WARPS2": (None, 1, 2, 4),
-           "MAXNREG2": (None, 64, 72), "BLOCK_K2": (None, 512, 1024, 2048)},
+           "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
+           "MAXNREG2": (None, 64, 72)},
     defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
-              "EARLY": False, "WARPS2": None, "MAXNREG2": None, "BLOCK_K2": None},
+              "EARLY": False, "WARPS2": None, "MAXNREG2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
            rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
@@ -808,10 +800,8 @@ register(Variant(
                 "and a cap lets ptxas take more); EARLY: mlp1 reads its routing and PREFETCH's first weight tile "
                 "before the PDL wait, while x_to_f16 runs (only when the layer converts x itself: with x16 given, "
                 "route's launch came just before and mlp1 waits first); EARLY=2: mlp2 (without CHAIN) too, its "
-                "first weight tile during mlp1's tail; EARLY=3: mlp2's K tail too (with BLOCK_K2 = 2048 and PREFETCH "
-                "all of a 2880-long row tile before its wait); WARPS2, MAXNREG2, BLOCK_K2: mlp2's own num_warps, "
-                "register cap and K tile (with BLOCK_N2, its own program shape: mlp1's leader shape is not the "
-                "one-token lm_head's)",
+                "first weight tile during mlp1's tail; WARPS2, MAXNREG2: mlp2's own num_warps and register cap (with "
+                "BLOCK_N2, its own program shape: mlp1's leader shape is not the one-token lm_head's)",
 ))
 def _rule_tc_numerics(cfg, problem):
     """bf16 weights (decode_bf16) are exact for scale bytes 14..240; F16's fp16 weights while they span <= 24."""

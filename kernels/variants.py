@@ -209,13 +209,12 @@ def rule_mma_registers(cfg, problem):
 def rule_h2g_words(cfg, problem):
     """The h2g kernels (gemv_h2g, moe_h2g) keep a tile's weight words and their four decoded pairs in
     registers: past 16 words per thread (BLOCK_N*BLOCK_K/8/threads) the sm_90 build reaches 255 and spills.
-    moe_h2g's mlp2 build (BLOCK_N2 rows, WARPS2 warps, BLOCK_K2, each when set) is held to the same bounds."""
-    mlp2 = any(cfg.get(k) is not None for k in ("BLOCK_N2", "WARPS2", "BLOCK_K2"))
-    for key, warps, bk in (("BLOCK_N", cfg["num_warps"], cfg["BLOCK_K"]),
-                           ("BLOCK_N2", cfg.get("WARPS2") or cfg["num_warps"], cfg.get("BLOCK_K2") or cfg["BLOCK_K"])):
+    moe_h2g's mlp2 build (BLOCK_N2 rows, WARPS2 warps, each when set) is held to the same bounds."""
+    mlp2 = cfg.get("BLOCK_N2") is not None or cfg.get("WARPS2") is not None
+    for key, warps in (("BLOCK_N", cfg["num_warps"]), ("BLOCK_N2", cfg.get("WARPS2") or cfg["num_warps"])):
         if key == "BLOCK_N2" and not mlp2:
             continue
-        words = (cfg.get(key) or cfg["BLOCK_N"]) * bk // 8 // (32 * warps)
+        words = (cfg.get(key) or cfg["BLOCK_N"]) * cfg["BLOCK_K"] // 8 // (32 * warps)
         if words > 16:
             return f"{words} weight words per thread ({key}*BLOCK_K/8/threads > 16) spill registers"
         if words < 1:
@@ -224,11 +223,9 @@ def rule_h2g_words(cfg, problem):
 
 
 def rule_tiled_k(cfg, problem):
-    """The h2g kernels read tile_mxfp4's copy (TILED) a whole number of 128-K chunks per K tile (moe_h2g's mlp2:
-    BLOCK_K2 when set)."""
-    for key in ("BLOCK_K", "BLOCK_K2"):
-        if cfg.get("TILED") and (cfg.get(key) or 128) % 128:
-            return f"TILED reads 128-K chunks: {key}={cfg[key]} must be a multiple of 128"
+    """The h2g kernels read tile_mxfp4's copy (TILED) a whole number of 128-K chunks per K tile."""
+    if cfg.get("TILED") and cfg["BLOCK_K"] % 128:
+        return f"TILED reads 128-K chunks: BLOCK_K={cfg['BLOCK_K']} must be a multiple of 128"
     return None
 
 
