@@ -3,7 +3,9 @@
 # so a call cut short by its time limit still names what passed and what failed (a bare `pytest -q | tail` killed
 # by `timeout` printed only dots: stop 72 saw one F it could not name).
 # call as: [LIMIT=seconds] bash .device/gpu_tests.sh NAME "<pytest -k expr>" [test files...]
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
+# the wheels of .whl, or of .whl/slim where only that was carried (the tree and carry together must fit in 64 MiB)
+wheels=$(ls .whl/*.whl 2>/dev/null || ls .whl/slim/*.whl)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
 export PYTHONUNBUFFERED=1
 name=$1; expr=$2; shift 2
 out=$OUT/tests-$name.txt
