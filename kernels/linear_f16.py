@@ -286,6 +286,8 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     pair half h = 1 2^8 smaller, for NIB), zeros elsewhere; xs stays per token.
     """
     M, K = x.shape
+    if bc not in (0, 1, 2):
+        raise ValueError(f"bc is 0 (off), 1 or 2 tokens per 8 rows; got {bc!r}")
     if bc and (not logical or rows is not None or zero is not None):
         raise ValueError("bc needs logical order, no rows and no zero")
     if half_tail and not (logical and K % 128 == 64 and pad <= 128):

@@ -182,6 +182,8 @@ def test_x_to_f16_block_column_rows(device):
             assert torch.equal(o2[r], torch.where(t == (r % 8) // 2, down[tok], torch.zeros_like(o[0]))), r
     with pytest.raises(ValueError, match="bc needs logical order"):
         x_to_f16(x, bc=True)
+    with pytest.raises(ValueError, match="bc is 0"):
+        x_to_f16(x, logical=True, bc=4)
 
 
 def test_tile_layout_places_each_row_chunk(device):
