@@ -428,8 +428,8 @@ def _rule_mma_registers(cfg, problem):
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     if (cfg.get("STAGES", 3) != 3 or cfg.get("RING_W") or cfg.get("TMA") or cfg.get("EARLY") or cfg.get("TAIL")
-            or cfg.get("STEP_MAJOR") or cfg.get("SEQ") or cfg.get("BC") or cfg.get("BCX")):
-        return "STAGES (the x ring), RING_W, TMA, EARLY, TAIL, STEP_MAJOR, SEQ, BC and BCX apply only with WGMMA"
+            or cfg.get("STEP_MAJOR") or cfg.get("SEQ") or cfg.get("BC")):
+        return "STAGES (the x ring), RING_W, TMA, EARLY, TAIL, STEP_MAJOR, SEQ and BC apply only with WGMMA"
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 210:
@@ -447,19 +447,17 @@ register(Variant(
            "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
            "EARLY": (False, True), "TAIL": (False, True), "STEP_MAJOR": (False, True), "SEQ": (False, True, 2),
-           "BC": (False, True, 2), "BCX": (False, True)},
+           "BC": (False, True, 2)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False,
-              "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False, "BC": False,
-              "BCX": False},
+              "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False, "BC": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "
                 "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
                 "first copies before the PDL wait; TAIL: a half last chunk as a half step, from tail_half; "
                 "STEP_MAJOR: the ring reads prepare.step_major's copy; SEQ: TMA=2's slots of CHUNKS chunks decoded "
-                "one chunk at a time; BC: block scales after each chunk's wgmma, on 8 MMA columns a token; BCX: BC's "
-                "x rows made in shared memory from dense ones); "
+                "one chunk at a time; BC: block scales after each chunk's wgmma, on 8 MMA columns a token); "
                 "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
 register(Variant(

@@ -79,14 +79,12 @@ def store_x16_planes(o_ptr, xs_ptr, row, y, rh, K, PLANE):
 @triton.jit
 def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, PLANE, BLOCK_K: tl.constexpr,
                 PLANES: tl.constexpr, LOGICAL: tl.constexpr, GATHER: tl.constexpr, HALF: tl.constexpr = False,
-                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False, BC: tl.constexpr = 0,
-                DENSE: tl.constexpr = False):
+                BLOCK_F: tl.constexpr = 0, z_ptr=None, ZERO: tl.constexpr = False, BC: tl.constexpr = 0):
     """Row m of x (bf16) -> fp16 times 2^(14 - floor(log2 amax)) in the order of x_to_f16; xs[m] undoes it.
     GATHER: output row p holds x row rows[p] // TOPK, and xs[m] is stored by the one p whose rows[p] % TOPK is 0.
     BC (x_to_f16's bc; TOPK then the number of tokens): output row p holds, at the positions that feed MMA
     column p % 8 (bc_keep), x row p // 8 (BC=1) or row 2 (p // 8) + p % 2 (BC=2; the last row where that is
-    past TOPK), zeros elsewhere. DENSE (x_to_f16's bc_dense): row p holds x row p with nothing zeroed (BC=2:
-    pair half h = 1 2^8 smaller).
+    past TOPK), zeros elsewhere.
     BLOCK_F (a power of two >= K): the row is split over the grid's second axis, BLOCK_K positions a program
     (x16_slice), instead of one program a row. ZERO: the same programs also zero row m of z ([M, K] bf16)."""
     pdl_enter()
@@ -97,7 +95,7 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
         m = slot // TOPK
         o_ptr += (p - m).to(tl.int64) * stride_om  # so that row m lands at row p
         keep = slot % TOPK == 0
-    elif BC and not DENSE:
+    elif BC:
         m = p // 8 if BC == 1 else tl.minimum(p // 8 * 2 + p % 2, TOPK - 1)
         o_ptr += (p - m).to(tl.int64) * stride_om
         keep = p % 8 < BC
@@ -105,8 +103,6 @@ def _x16_kernel(x_ptr, o_ptr, xs_ptr, rows_ptr, TOPK, K, stride_xm, stride_om, P
     else:
         m = p
         keep = True
-        if DENSE:
-            col = -1  # every position kept (_bc_zero)
     if BLOCK_F:
         x16_slice(x_ptr, o_ptr, xs_ptr, m, tl.program_id(1), K, stride_xm, stride_om, BLOCK_K, BLOCK_F, LOGICAL, keep,
                   HALF, col, BC)
@@ -206,15 +202,14 @@ def bc_keep(pos, col, BC: tl.constexpr = 1):
 
 @triton.jit
 def _bc_zero(v, pos, col, BC: tl.constexpr = 1):
-    """v where bc_keep(pos, col) (every v without col, or where col is -1: bc_dense), else 0; BC=2 also takes
-    pair half h = 1 down 2^8 (NIB's pairs B, D decode 2^8 larger, and its two columns of a block share one
-    multiplier)."""
+    """v where bc_keep(pos, col) (every v without col), else 0; BC=2 also takes pair half h = 1 down 2^8 (NIB's
+    pairs B, D decode 2^8 larger, and its two columns of a block share one multiplier)."""
     if col is None:
         return v
     elif BC == 1:
-        return tl.where(bc_keep(pos, col) | (col < 0), v, 0.0)
+        return tl.where(bc_keep(pos, col), v, 0.0)
     else:
-        return tl.where(bc_keep(pos, col, BC) | (col < 0), tl.where((pos // 8) % 2 == 1, v * 0.00390625, v), 0.0)
+        return tl.where(bc_keep(pos, col, BC), tl.where((pos // 8) % 2 == 1, v * 0.00390625, v), 0.0)
 
 
 @triton.jit
@@ -264,7 +259,7 @@ SPLIT_ROWS = int(os.environ.get("LAB_X16_SPLIT_ROWS", "16"))
 def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool = False,
              rows: torch.Tensor | None = None, top_k: int = 1,
              half_tail: bool = False, zero: torch.Tensor | None = None,
-             bc: int = 0, bc_dense: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             bc: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """x bf16 [M, K] -> (fp16 rows scaled per token, fp32 [M] scale back).
 
     Each row holds the fp16x2 words that pair with a weight word's pairs (8w + j, 8w + j + 4), j = 0..3:
@@ -289,17 +284,12 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
     bc (logical, no rows): gemv_mma's BC operand, 8 rows a group of bc tokens: row 8 g + c holds the positions
     of MMA column c (bc_keep) of token g (bc=1: [8 M, width]) or 2 g + c % 2 (bc=2: [8 ceil(M / 2), width]; its
     pair half h = 1 2^8 smaller, for NIB), zeros elsewhere; xs stays per token.
-
-    bc_dense (with bc): one row a token, nothing zeroed (bc=2: pair half h = 1 2^8 smaller, as in its bc rows):
-    gemv_mma's BCX builds the bc rows from these in shared memory, so its copies read a quarter of the bytes.
     """
     M, K = x.shape
     if bc not in (0, 1, 2):
         raise ValueError(f"bc is 0 (off), 1 or 2 tokens per 8 rows; got {bc!r}")
     if bc and (not logical or rows is not None or zero is not None):
         raise ValueError("bc needs logical order, no rows and no zero")
-    if bc_dense and not bc:
-        raise ValueError("bc_dense is a form of bc's rows (bc=1 or 2)")
     if half_tail and not (logical and K % 128 == 64 and pad <= 128):
         raise ValueError(f"half_tail needs logical order, K % 128 == 64 and pad <= 128; got K={K}, pad={pad}")
     if zero is not None and (zero.shape != (M, K) or zero.dtype != torch.bfloat16 or not zero.is_contiguous()):
@@ -308,7 +298,7 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         pad = math.lcm(pad, 128)
     width = 8 * plane_words(K) if planes else -(-K // pad) * pad
     S = M if rows is None else rows.numel()
-    if bc and not bc_dense:
+    if bc:
         S = 8 * -(-M // bc)
     if rows is not None and S != M * top_k:
         raise ValueError(f"rows must hold each of the {M} tokens' {top_k} slots once, got {S} rows")
@@ -319,13 +309,13 @@ def x_to_f16(x: torch.Tensor, planes: bool = False, pad: int = 1, logical: bool 
         _x16_kernel[(S, triton.cdiv(width, SLICE))](
             x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, 0, BLOCK_K=SLICE,
             PLANES=False, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail, BLOCK_F=triton.next_power_of_2(K),
-            num_warps=4, z_ptr=zero, ZERO=zero is not None, BC=int(bc), DENSE=bc_dense, **pdl_launch())
+            num_warps=4, z_ptr=zero, ZERO=zero is not None, BC=int(bc), **pdl_launch())
     elif S:
         block = min(triton.next_power_of_2(max(K, width)), 8192)  # one load round per pass (decode: latency)
         _x16_kernel[(S,)](x, o, xs, o if rows is None else rows, M if bc else top_k, K, x.stride(0), width, width // 4,
                           BLOCK_K=block, PLANES=planes, LOGICAL=logical, GATHER=rows is not None, HALF=half_tail,
                           num_warps=4 if block <= 2048 else 8, z_ptr=zero, ZERO=zero is not None, BC=int(bc),
-                          DENSE=bc_dense, **pdl_launch())
+                          **pdl_launch())
     return o, xs
 
 

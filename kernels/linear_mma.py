@@ -293,41 +293,6 @@ if gluon is not None:
         p = warpgroup_mma_wait(0, deps=[p])
         return acc + p * m
 
-    @gluon.constexpr_function
-    def bcx_layout(WW, num_warps):
-        """BCX's registers [group, t, e, WW words]: 4 words (16 bytes) a thread, lanes along the words, then e,
-        then t; warps over t (and past it, over the words)."""
-        lw = min(WW // 4, 16)
-        lt = 32 // (2 * lw)
-        wt = 4 // lt
-        return gl.BlockedLayout([1, 1, 1, 4], [1, lt, 2, lw], [1, wt, 1, num_warps // wt], [3, 2, 1, 0])
-
-    @gluon.jit
-    def _g_bc_expand(src, dst, BC: gl.constexpr):
-        """BCX: dense x rows src (int32 words [T, WW], plain layout; x_to_f16's bc_dense) -> x_to_f16's bc rows in
-        dst (int32 words [8 G, WW], the wgmma's layout): row 8 g + 2 t + e keeps the words that feed MMA column
-        2 t + e (word w at positions 2w, 2w + 1 feeds lane t = w % 4 of pair half h = (w // 4) % 2) of token g
-        (BC=1, h = e) or token 2 g + e (BC=2), zeros elsewhere. One 16-byte load, four selects and one 16-byte
-        store a thread and group of 8 rows."""
-        WW: gl.constexpr = src.shape[1]
-        G: gl.constexpr = dst.shape[0] // 8
-        L4: gl.constexpr = bcx_layout(WW, gl.num_warps())
-        w = gl.arange(0, WW, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
-        t = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
-        keep = (w % 4)[None, None, None, :] == t[None, :, None, None]
-        if BC == 1:
-            e = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4))))
-            keep = keep & (((w // 4) % 2)[None, None, None, :] == e[None, None, :, None])
-        for g in gl.static_range(G):
-            if BC == 1:
-                v = src.slice(g, 1).load(gl.SliceLayout(1, gl.SliceLayout(1, L4)))  # [1, WW]: (group, word)
-                v = gl.expand_dims(gl.expand_dims(v, 1), 1)
-            else:
-                v = src.slice(2 * g, 2).load(gl.SliceLayout(0, gl.SliceLayout(1, L4)))  # [2, WW]: (e, word)
-                v = gl.expand_dims(gl.expand_dims(v, 0), 1)
-            rows = gl.where(keep, v, 0)
-            dst.slice(8 * g, 8).store(gl.reshape(rows, [8, WW]))
-
     @gluon.jit
     def _g_word_offsets(rows, KW, CHUNKS: gl.constexpr, TILED: gl.constexpr, LW: gl.constexpr,
                         SM: gl.constexpr = False, GT=0):
@@ -665,7 +630,7 @@ if gluon is not None:
             xs = xsm._reinterpret(gl.float16, [STAGES, PIECES, xsm.shape[1], xdesc.block_shape[2]], xdesc.layout)
             tma.async_copy_global_to_shared(xdesc, [c * PIECES, m0, 0], bars.index(slot), xs.index(slot),
                                             pred=c < steps)
-        elif SEQ and xsm.shape[2] == 128:  # (BCX's slots [STAGES, tokens, 128 CHUNKS] take one box, as below)
+        elif SEQ:
             CHUNKS: gl.constexpr = STEP // 16
             for q in gl.static_range(CHUNKS):
                 tma.async_copy_global_to_shared(xdesc, [m0, (c * CHUNKS + q) * 128], bars.index(slot),
@@ -692,11 +657,10 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tail_step(acc, wsm, ssm, xsm, bar, phase, xtdesc, SMAX, LWH: gl.constexpr, SWH: gl.constexpr,
-                     A_L: gl.constexpr, NIB: gl.constexpr, BC: gl.constexpr = False, bcsm=None):
+                     A_L: gl.constexpr, NIB: gl.constexpr, BC: gl.constexpr = False):
         """TAIL's last K step, a half step from the slot _g_tail_issue filled: lane t of a row decodes its words
         2t and 2t + 1 (LWH: words [BLOCK_N, 1, 4 (t), 2 (i)]; block t // 2, whose scale byte tail_half put at
-        byte t), and the wgmma takes 64 K (4 k-steps) against x's half_tail rows. bcsm (BCX): a bc slot [8 G, 128]
-        that x's dense rows are made bc rows in first."""
+        byte t), and the wgmma takes 64 K (4 k-steps) against x's half_tail rows."""
         BLOCK_N: gl.constexpr = acc.shape[0]
         BM: gl.constexpr = xsm.shape[0]
         mbarrier.wait(bar, phase)
@@ -704,14 +668,6 @@ if gluon is not None:
         s = ssm._reinterpret(gl.uint8, [1, BLOCK_N, 4], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])).permute(
             (1, 0, 2)).load(gl.SliceLayout(3, LWH))
         xs = xsm._reinterpret(gl.float16, [BM, 64], xtdesc.layout)
-        if bcsm is not None:
-            R: gl.constexpr = bcsm.shape[0]
-            gl.thread_barrier()  # every warp's wgmmas are done with the slot
-            _g_bc_expand(xsm._reinterpret(gl.int32, [BM, 32], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])),
-                         bcsm._reinterpret(gl.int32, [R, 32], gl.NVMMASharedLayout(128, 32)), BC)
-            fence_async_shared()
-            gl.thread_barrier()
-            xs = bcsm._reinterpret(gl.float16, [R, 64], gl.NVMMASharedLayout(128, 16))
         if BC:  # lane t's block t // 2 has its scale byte at byte t, as bc_mult reads it
             return _g_bc_mma(v, s, SMAX, NIB, A_L, xs, acc, BC)
         w = _g_decode_step(v, s, SMAX, NIB)
@@ -739,12 +695,10 @@ if gluon is not None:
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                     NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, xsm2=None,
-                    xdesc2=None, BC: gl.constexpr = False, bcsm=None):
+                    xdesc2=None, BC: gl.constexpr = False):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
-        next is read, so a chunk's A registers serve them all. BC (SEQ or one chunk a step): _g_bc_mma. bcsm
-        (BCX, SEQ, CHUNKS=2): the slot holds x's dense rows [tokens, 256], made bc rows in slot `slot` of bcsm's
-        two rings, one a chunk (_g_bc_expand), before the chunks' wgmmas read them."""
+        next is read, so a chunk's A registers serve them all. BC (SEQ or one chunk a step): _g_bc_mma."""
         CHUNKS: gl.constexpr = STEP // 16
         if SEQ:  # wsm [STAGES, CHUNKS, groups, 256], else [STAGES, groups, CHUNKS, 256]
             BLOCK_N: gl.constexpr = wsm.shape[2] * 16
@@ -754,14 +708,6 @@ if gluon is not None:
         if SEQ:
             gl.thread_barrier()  # every warp is done with step c - 1's slot (the one step c + STAGES - 1 refills)
             mbarrier.wait(bars.index(slot), (c // STAGES) & 1)  # step c's words, scales and x landed
-            if bcsm is not None:
-                T: gl.constexpr = xsm.shape[1]
-                xw = xsm.index(slot)._reinterpret(gl.int32, [T, 64 * CHUNKS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-                for q in gl.static_range(CHUNKS):
-                    _g_bc_expand(xw.slice(64 * q, 64, dim=1), bcsm[q].index(slot)._reinterpret(
-                        gl.int32, [bcsm[q].shape[1], 64], gl.NVMMASharedLayout(128, 32)), BC)
-                fence_async_shared()  # the bc rows (generic proxy) before the wgmmas' reads (async proxy)
-                gl.thread_barrier()
             NG: gl.constexpr = BLOCK_N // 16
             wv = wsm.index(slot)._reinterpret(gl.int32, [CHUNKS, NG, 256], gl.NVMMASharedLayout(0, 32, rank=2))
             sv = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, NG, 64], gl.NVMMASharedLayout(0, 8, rank=2))
@@ -772,9 +718,7 @@ if gluon is not None:
                 if q == 0:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
                                  steps, STEP, STAGES, XT, g1, xok, SEQ)
-                if bcsm is not None:
-                    acc = _g_bc_mma(v, s, SMAX, NIB, A_L, bcsm[q].index(slot), acc, BC)
-                elif BC:
+                if BC:
                     acc = _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot * CHUNKS + q), acc, BC)
                 else:
                     acc = _g_wg_mma(_g_decode_step(v, s, SMAX, NIB), A_L, xsm.index(slot * CHUNKS + q), acc)
@@ -806,8 +750,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, BC: gl.constexpr = False,
-                       bcsm=None):
+                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -833,8 +776,7 @@ if gluon is not None:
         xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M and
         acc the pair (the tile's accumulator, one of those rows); where `absorb` the ring and the loop run with the
         extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
-        whose body then has no branch around a wgmma. BC: _g_bc_mma's steps (gemv_mma's BC); bcsm (BCX): the bc
-        rows' rings, made from xsm's dense rows each step (_g_tma_step)."""
+        whose body then has no branch around a wgmma. BC: _g_bc_mma's steps (gemv_mma's BC)."""
         STEP: gl.constexpr = CHUNKS * 16
         # the slots' plain (unswizzled) layouts, as every tma_descriptors box lands (a PAIRED box reinterprets them)
         PLAIN_W: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
@@ -859,7 +801,7 @@ if gluon is not None:
         if xsm2 is None:
             acc = _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
                              STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
-                             BC=BC, bcsm=bcsm)
+                             BC=BC)
         else:
             a0, a1 = acc
             if absorb:
@@ -881,7 +823,7 @@ if gluon is not None:
                    STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                    NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                    tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, BC: gl.constexpr = False, bcsm=None):
+                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, BC: gl.constexpr = False):
         """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
         CHUNKS: gl.constexpr = STEP // 16
         if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
@@ -904,23 +846,22 @@ if gluon is not None:
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, BC, bcsm)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, BC)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC, bcsm=bcsm)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC)
             tail = steps % STAGES
             gl.thread_barrier()  # every warp is done with the slot's last step
-            xt = tail * CHUNKS if SEQ and bcsm is None else tail
+            xt = tail * CHUNKS if SEQ else tail
             _g_tail_issue(wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail), tdesc, tsdesc, xtdesc,
                           g0, m0, steps * (STEP * 8))
             for c in range(split, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC, bcsm=bcsm)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, BC=BC)
             acc = _g_tail_step(acc, wsm.index(tail), ssm.index(tail), xsm.index(xt), bars.index(tail),
-                               (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB, BC,
-                               None if bcsm is None else bcsm[0].index(tail))
+                               (steps // STAGES) & 1, xtdesc, SMAX, LWH, SWH, A_L, NIB, BC)
         return acc
 
     @gluon.jit
@@ -949,8 +890,7 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, BC: gl.constexpr = False,
-                      BCX: gl.constexpr = False):
+                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
@@ -962,20 +902,10 @@ if gluon is not None:
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
         xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
         tile runs past BLOCK_M) into a second accumulator; the result is then the pair (_g_wg_tma_loop). BC (TMA=2):
-        _g_bc_mma's steps, the accumulator [BLOCK_N, BLOCK_M] of bc rows (8 columns a token). BCX (BC, SEQ): the
-        ring's x slots hold the dense rows of the program's BLOCK_M / 8 * BC tokens, and a step's bc rows are made
-        from them in slots of their own (bcsm)."""
+        _g_bc_mma's steps, the accumulator [BLOCK_N, BLOCK_M] of bc rows (8 columns a token)."""
         if KL is None:
             KL = K
-        bcsm = None
-        if BCX:
-            T: gl.constexpr = BLOCK_M // 8 * BC
-            xsm = gl.allocate_shared_memory(gl.float16, [STAGES, T, 128 * CHUNKS], gl.NVMMASharedLayout(0, 16))
-            # a ring of bc rows per chunk (two allocations: Triton's barrier pass then sees the two chunks' stores
-            # apart; the ring: each step's wgmma operands at addresses the loop computes, not hoisted constants)
-            bcsm = (gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128], SX),
-                    gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128], SX))
-        elif SEQ:
+        if SEQ:
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES * CHUNKS, BLOCK_M, 128], SX)
         else:
             xsm = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_M, 128 * CHUNKS], SX)
@@ -990,8 +920,7 @@ if gluon is not None:
                                  xsm2, xdesc2, absorb)
         elif TMA:
             acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
-                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ, BC=BC,
-                                 bcsm=bcsm)
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ, BC=BC)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:
@@ -1018,13 +947,11 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
                    SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
-                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False, BC: gl.constexpr = False,
-                   BCX: gl.constexpr = False):
+                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False, BC: gl.constexpr = False):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
-        ts_ptr). BC (TMA=2): x is x_to_f16's bc rows, BLOCK_M of them a program (BLOCK_M / 8 * BC tokens); BCX:
-        x_to_f16's bc_dense rows, BLOCK_M / 8 * BC of them a program."""
+        ts_ptr). BC (TMA=2): x is x_to_f16's bc rows, BLOCK_M of them a program (BLOCK_M / 8 * BC tokens)."""
         if not EARLY:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
@@ -1039,9 +966,8 @@ if gluon is not None:
             xtofs = (tt * KP + K // 128 * 128)[:, None] + gl.arange(0, 64, layout=gl.SliceLayout(0, LXT))[None, :]
         acc = _g_wg_program(w_ptr, s_ptr, rows, x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS, TILED, STAGES, RING_W,
                             LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, pid_n * (BLOCK_N // 16), TMA, EARLY,
-                            xdesc, pid_m * (BLOCK_M // 8 * BC if BCX else BLOCK_M), None, None, tdesc, tsdesc, xtdesc,
-                            LWH, SWH, SM, GT, TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ, BC=BC,
-                            BCX=BCX)
+                            xdesc, pid_m * BLOCK_M, None, None, tdesc, tsdesc, xtdesc, LWH, SWH, SM, GT,
+                            TAIL=TAIL, tw_e=tw_ptr, ts_e=ts_ptr, xtofs=xtofs, SEQ=SEQ, BC=BC)
         if BC:
             out = _g_bc_sum(acc, BC)
             LO: gl.constexpr = out.type.layout
@@ -1111,8 +1037,6 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "BC scales each chunk's wgmma (TMA=2, one chunk a wgmma: SEQ or CHUNKS=1)"
     if cfg.get("BC") == 2 and not cfg.get("NIB"):
         return "BC=2 puts NIB's 2^8 of pair half h = 1 into x's rows (it needs NIB)"
-    if cfg.get("BCX") and not (cfg.get("BC") and seq and c == 2 and cfg["num_warps"] == 4):
-        return "BCX makes BC's x rows a step at a time from SEQ's slots (it needs BC, SEQ, CHUNKS=2, num_warps=4)"
     acc = rows * cfg["BLOCK_M"] // 2 * (2 if cfg.get("BC") else 1)  # BC: a chunk's sums beside the accumulator
     regs = acc + 48 * rows * (1 if seq else c)
     if regs > 224 or acc > 64:
@@ -1279,7 +1203,7 @@ def tail_descriptors(p, NG: int):
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
                  WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
-                 STEP_MAJOR=False, SEQ=False, BC=False, BCX=False):
+                 STEP_MAJOR=False, SEQ=False, BC=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -1314,12 +1238,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     row and chunk), and the columns are added once at the end. One token fills the 8 columns an n8 wgmma has
     anyway. BC=2 (NIB): column 2 t + j sums block t for token j of a pair (x's pair half h = 1 rows 2^8 smaller
     instead of a second multiplier), so an n8 wgmma serves two tokens. On an H200's lm_head at one token 77.7
-    against 79.6 us (results/20261129T153649-h200-linear-h200-bc); 16-64 rows a program (2-8 tokens, BC=1) lost.
-    BCX (BC, SEQ, CHUNKS=2, 4 warps): the bc rows are made in shared memory from x's dense rows (x_to_f16's
-    bc_dense) at each step (_g_bc_expand: a 16-byte load, four selects and a 16-byte store a thread, chunk and 8
-    rows, then a proxy fence and a CTA barrier), so the ring's x boxes copy from L2 a token's row once instead of 8
-    rows mostly zero (BC=2 at 4 tokens: 145 MB of x copies beside the weights' 307 MB; bit-identical to BC's rows).
-    Without a GPU the interpreter twin runs BC."""
+    against 79.6 us (results/20261129T153649-h200-linear-h200-bc); 16-64 rows a program (2-8 tokens, BC=1) lost."""
     M, K = x.shape
     N = p.N
     if TILED:
@@ -1335,16 +1254,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0 and (NIB or bc == 1)):
         raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, BLOCK_M a multiple of 8 (8 x rows a group of BC "
                          "tokens), and BC=2 NIB")
-    if BCX and not (bc and SEQ and CHUNKS == 2 and num_warps == 4):
-        raise ValueError("BCX makes BC's rows a step at a time from SEQ's slots: it needs BC, SEQ, CHUNKS=2 and "
-                         "num_warps=4")
-    bcx = bool(BCX) and seq
-    x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc,
-                       bc_dense=bcx)
+    x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps
-    xrows = BLOCK_M // 8 * bc if bcx else BLOCK_M  # x16's rows a program
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(x16.shape[0], xrows))
+    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(x16.shape[0], BLOCK_M))
     args = (x16, xs, p.words, p.scales, bias if bias is not None else y, y, M, N, K, x16.shape[1], y.stride(0),
             p.scale_max)
     meta = dict(HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CHUNKS=CHUNKS, TILED=TILED, NIB=NIB)
@@ -1361,10 +1274,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
         LWH, SWH = tail_layouts_host(ROWS, num_warps) if tail else (None, None)
         # x16 is new each call, so its descriptor is too (host-side only; a CUDA graph keeps the captured one)
         xdesc = None
-        if bcx:  # the step's dense rows as one plain box
-            xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [xrows, CHUNK * CHUNKS],
-                                     gl.NVMMASharedLayout(0, 16))
-        elif TMA == 2 and seq and xbox:  # the step's chunks as one box of a [piece, token, piece width] view
+        if TMA == 2 and seq and xbox:  # the step's chunks as one box of a [piece, token, piece width] view
             # a slot [BLOCK_M, 128] holds its columns in pieces as wide as the swizzle (64 fp16 at 128 bytes), one
             # after another, as a per-chunk box lands them: the pieces of CHUNKS chunks in that order are one box
             kp, w = x16.shape[1], min(CHUNK, SX.swizzle_byte_width // 2 or CHUNK)
@@ -1372,8 +1282,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                      gl.NVMMASharedLayout(SX.swizzle_byte_width, 16, rank=3))
         elif TMA == 2:
             xdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK * lc], SX)
-        xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [xrows, CHUNK // 2],
-                                  gl.NVMMASharedLayout(0, 16) if bcx else
+        xtdesc = TensorDescriptor(x16, list(x16.shape), [x16.shape[1], 1], [BLOCK_M, CHUNK // 2],
                                   gl.NVMMASharedLayout.get_default_for([BLOCK_M, CHUNK // 2], gl.float16)) \
             if tail else None
         gt = 0
@@ -1386,7 +1295,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               SEQ=seq, BC=bc, BCX=bcx, num_warps=num_warps, **reg_cap(MAXNREG),
+                               SEQ=seq, BC=bc, num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
