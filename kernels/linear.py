@@ -447,10 +447,11 @@ register(Variant(
            "WGMMA": (False, True),
            "STAGES": (2, 3, 4, 6, 8), "RING_W": (False, True), "NIB": (False, True), "TMA": (False, True, 2),
            "EARLY": (False, True), "TAIL": (False, True), "STEP_MAJOR": (False, True), "SEQ": (False, True, 2),
-           "BC": (False, True, 2)},
+           "BC": (False, True, 2), "NOBAR": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 2, "CHUNKS": 1, "PREFETCH": False, "num_warps": 4, "TILED": False,
               "MAXNREG": None, "WGMMA": False, "STAGES": 3, "RING_W": False, "NIB": False, "TMA": False,
-              "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False, "BC": False},
+              "EARLY": False, "TAIL": False, "STEP_MAJOR": False, "SEQ": False, "BC": False,
+              "NOBAR": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_mma_registers, rule_scale_span),
     description="mma.sync on fp16 weights decoded in the MMA's operand registers (no shared memory); WGMMA: "
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots "

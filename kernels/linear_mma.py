@@ -42,6 +42,8 @@ from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
+from .ring_sync import install as _install_ring_sync
+from .ring_sync import mark as _mark
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
 
@@ -253,6 +255,8 @@ if gluon is not None:
     _g_pdl_enter = gluon.jit(pdl_enter.fn)
     _g_bc_mult = gluon.jit(bc_mult.fn)
     _g_bc_sum = gluon.jit(bc_sum.fn)
+    _g_mark = gluon.jit(_mark.fn)
+    _install_ring_sync()
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -947,7 +951,8 @@ if gluon is not None:
                    LSC: gl.constexpr, NIB: gl.constexpr, wdesc, sdesc, xdesc, TMA: gl.constexpr,
                    EARLY: gl.constexpr, tdesc=None, tsdesc=None, xtdesc=None, LWH: gl.constexpr = None,
                    SWH: gl.constexpr = None, SM: gl.constexpr = False, GT=0, TAIL: gl.constexpr = False,
-                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False, BC: gl.constexpr = False):
+                   tw_ptr=None, ts_ptr=None, SEQ: gl.constexpr = False, BC: gl.constexpr = False,
+                   NOBAR: gl.constexpr = False):
         """gemv_mma's K loop on wgmma (WGMMA=True, _g_wg_program): x goes once per program through shared memory
         instead of into every warp's registers. EARLY (TMA): the PDL wait is the TMA loop's, after its first
         weight copies. TAIL (RING_W without TMA): the cp.async ring's half step from tail_half's copy (tw_ptr,
@@ -956,6 +961,8 @@ if gluon is not None:
             _g_pdl_enter()
         pid_m = gl.program_id(0)  # token tiles vary fastest: each weight tile is read once from DRAM
         pid_n = gl.program_id(1)
+        if NOBAR:  # kernels.ring_sync drops the loop's redundant barriers from this build's PTX
+            pid_n = _g_mark(pid_n)
         rows = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout(LW)), N - 1)
         tok = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LXCP)), M - 1)
         xofs = (tok * KP)[:, None] + gl.arange(0, 128 * CHUNKS, layout=gl.SliceLayout(0, LXCP))[None, :]
@@ -1203,7 +1210,7 @@ def tail_descriptors(p, NG: int):
 
 def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_warps=4, TILED=False, MAXNREG=None,
                  WGMMA=False, STAGES=3, RING_W=False, NIB=False, TMA=False, EARLY=False, TAIL=False,
-                 STEP_MAJOR=False, SEQ=False, BC=False):
+                 STEP_MAJOR=False, SEQ=False, BC=False, NOBAR=False):
     """Launcher: x bf16 [M, K], p prepared weight [N, K]. A program takes BLOCK_N = 16 * ROWS * num_warps weight
     rows (ROWS 16-row MMA tiles per warp share each x fragment load) and BLOCK_M tokens, and walks K in steps
     of CHUNKS * 128 (CHUNKS 16-byte loads per row and lane in flight at once). TILED reads tile_mxfp4's
@@ -1295,7 +1302,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               SEQ=seq, BC=bc, num_warps=num_warps, **reg_cap(MAXNREG),
+                               SEQ=seq, BC=bc, NOBAR=bool(NOBAR) and bool(TMA), num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)
