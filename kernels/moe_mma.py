@@ -57,6 +57,7 @@ if gluon is not None:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .linear_mma import (
+        _g_mark,
         _g_pdl_enter,
         _g_step,
         _g_wg_program,
@@ -643,7 +644,7 @@ if gluon is not None:
                        KS=0, PERSIST: gl.constexpr = False, NT=0, WAIT_LATE: gl.constexpr = False,
                        ticket_ptr=None, TICKET: gl.constexpr = False, tw_ptr=None, ts_ptr=None, TWE=0, TSE=0,
                        TAIL: gl.constexpr = False, TAIL_OUT: gl.constexpr = False, SLICE=0, xdesc2=None,
-                       PAIRED: gl.constexpr = False):
+                       PAIRED: gl.constexpr = False, NOBAR: gl.constexpr = False):
         """moe_mma's K loop on wgmma (WGMMA=True, kernels.linear_mma._g_wg_program): the expert tile's gathered x
         rows go once per program through shared memory. mlp1 stacks its BLOCK_N weight rows: gate rows of
         BLOCK_N / 2 columns, then their linear rows, one accumulator (half the registers of two); the epilogue
@@ -668,8 +669,11 @@ if gluon is not None:
         TAIL, TAIL_OUT: _g_wg_tile's (tw_ptr, ts_ptr: tail_half's copy, TWE and TSE its words and bytes per expert).
         SLICE (mlp2, SPLITK > 1 without ATOMIC): K slice q stores its fp32 shares at out + q * SLICE (the
         combine sums the slices in order). xdesc2 (ABSORB): tiles numbered by tile_rows' EXTRA (its box's rows),
-        the x box of a tile's rows past BLOCK_M (_g_wg_tile). PAIRED (mlp1, TMA): _g_wg_tile's."""
+        the x box of a tile's rows past BLOCK_M (_g_wg_tile). PAIRED (mlp1, TMA): _g_wg_tile's. NOBAR (TMA):
+        kernels.ring_sync drops the TMA loop's redundant barriers from this build's PTX."""
         tails = (tw_ptr, ts_ptr, TWE, TSE)
+        if NOBAR:
+            _g_mark(gl.program_id(0))
         if TRACE:  # the program's record, its words stored as they happen
             _g_trace_mark(trace_ptr, 0)
         if CHAIN and PHASE == 2:
@@ -850,7 +854,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
                              TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2,
-                             PAIRED=paired)
+                             PAIRED=paired, NOBAR=bool(cfg.get("NOBAR")) and bool(tma))
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -868,7 +872,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                 PREFETCH=False, num_warps=4, MAXNREG=None, STAGES=0, TILED=False, WGMMA=False, RING_W=False,
                 NIB=False, CHAIN=False, ROWS2=None, STAGES2=None, EPI_EARLY=0, XSKIP=False, TMA=False, HALF=False,
                 STEP_MAJOR=False, ATOMIC=False, SPLITK2=1, PERSIST1=0, WAIT_LATE=False, TICKET1=False,
-                MAXNREG2=None, TAIL=False, ABSORB=0, PAIRED=False):
+                MAXNREG2=None, TAIL=False, ABSORB=0, PAIRED=False, NOBAR=False):
     """Launcher (moe_mxfp4's contract): x to word-major fp16, mlp1 -> fp16 act in the same order, mlp2 -> gate-
     weighted rows; a program takes BLOCK_M tokens of one expert and BLOCK_N = 16 * ROWS * num_warps output columns
     (mlp1: twice as many weight rows), K in steps of CHUNKS * 128. MAXNREG caps the registers per thread (ptxas
@@ -943,7 +947,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     as a dimension (kernels.linear_mma.tma_descriptors(paired=True)), so each step copies one box of words and
     one of scale bytes instead of two of each: Triton 3.6 puts a CTA barrier after every TMA copy of the ring,
     and mlp1's loop had 8 barriers and 383 sm_90 instructions a step against mlp2's 6 and 349 (`./lab sass
-    --loops`).
+    --loops`). NOBAR (TMA; compiled builds only): kernels.ring_sync drops the barriers Triton adds around a TMA
+    step's copies (gemv_mma's NOBAR).
     x16 (plane-major) is not used."""
     T, H = x.shape
     S = r.sorted.numel()
@@ -962,7 +967,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
     cfg = dict(BLOCK_M=BLOCK_M, ROWS=ROWS, CHUNKS=CHUNKS, PREFETCH=PREFETCH, num_warps=num_warps, MAXNREG=MAXNREG,
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
-               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PAIRED=PAIRED)
+               PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PAIRED=PAIRED, NOBAR=NOBAR)
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)
@@ -1123,6 +1128,8 @@ def _rule_paired(cfg, problem):
         return "PAIRED applies only with WGMMA and TMA"
     if cfg.get("PAIRED") and cfg.get("STEP_MAJOR"):
         return "PAIRED's boxes view the tiled copy, not STEP_MAJOR's"
+    if cfg.get("NOBAR") and not (cfg.get("WGMMA") and cfg.get("TMA")):
+        return "NOBAR drops barriers of TMA's ring (it needs WGMMA and TMA)"
     return None
 
 
@@ -1136,12 +1143,13 @@ register(Variant(
            "XSKIP": (False, True), "TMA": (False, True, 2), "HALF": (False, True), "STEP_MAJOR": (False, True),
            "ATOMIC": (False, True), "SPLITK2": (1, 2, 3, 4, 6), "PERSIST1": (0, 2, 3, 4, 5, 6, 8),
            "WAIT_LATE": (False, True, 2), "TICKET1": (False, True), "MAXNREG2": (None, 64, 72, 80, 96, 128),
-           "TAIL": (False, True), "ABSORB": (0, 8, 16), "PAIRED": (False, True)},
+           "TAIL": (False, True), "ABSORB": (0, 8, 16), "PAIRED": (False, True), "NOBAR": (False, True)},
     defaults={"BLOCK_M": 16, "ROWS": 1, "CHUNKS": 2, "PREFETCH": False, "num_warps": 4, "MAXNREG": None,
               "STAGES": 0, "TILED": False, "WGMMA": False, "RING_W": False, "NIB": False, "CHAIN": False,
               "ROWS2": None, "STAGES2": None, "EPI_EARLY": 0, "XSKIP": False, "TMA": False, "HALF": False,
               "STEP_MAJOR": False, "ATOMIC": False, "SPLITK2": 1, "PERSIST1": 0,
-              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0, "PAIRED": False},
+              "WAIT_LATE": False, "TICKET1": False, "MAXNREG2": None, "TAIL": False, "ABSORB": 0, "PAIRED": False,
+              "NOBAR": False},
     rules=(rule_pow2("BLOCK_M", "ROWS", "CHUNKS", "num_warps"), _rule_registers, _rule_ring, _rule_rows2, _rule_half,
            _rule_splitk2, _rule_persist, _rule_tail, _rule_absorb, _rule_paired, rule_scale_span),
     description="tensor cores (mma.sync) on weights decoded in the MMA's operand registers, per-expert token "

@@ -8,7 +8,7 @@ expect (./lab sass --loops: 6 barriers a step). What each guards is already orde
 order in thread 0, and the wgmma reads the slot the step's mbarrier wait saw land, not the one being refilled.
 
 A kernel marks itself with `mark(...)` (an inline-asm move carrying MARK); for a marked kernel the PTX stage
-drops, inside each loop body only, those barriers and that fence: a `bar.sync 0` whose next synchronizing
+drops, inside each innermost loop body only, those barriers and that fence: a `bar.sync 0` whose next synchronizing
 instruction is an expect or a TMA copy (unless the one before it is an mbarrier init or a proxy fence), a
 `bar.sync 0` between a TMA copy and a `wgmma.fence`, and a `fence.proxy.async` right after an expect.
 """
@@ -57,11 +57,12 @@ def strip(ptx: str) -> str:
 
 
 def _loop_bodies(lines: list[str]) -> list[tuple[int, int]]:
-    """(first, last + 1) line of each loop body: from a label LLVM marks as a loop header to the last branch
-    back to it."""
+    """(first, last + 1) line of each innermost loop body: from a label LLVM marks as an inner loop header to
+    the last branch back to it. Only innermost loops: an outer loop (moe_mma's PERSIST items) also holds work
+    whose shared memory a TMA copy may reuse (an epilogue's scratch), where the barrier is needed."""
     out = []
     for i, line in enumerate(lines):
-        if "Loop Header" in line and line.startswith("$L"):
+        if "Inner Loop Header" in line and line.startswith("$L"):
             label = line.split(":")[0].strip()
             back = [j for j in range(i + 1, len(lines)) if re.search(rf"\bbra(\.uni)?\s+{re.escape(label)};", lines[j])]
             if back:

@@ -796,6 +796,8 @@ def test_moe_mma_paired_boxes_are_bit_identical(device):
     assert v.reason(ok, problem) is None
     assert "only with WGMMA and TMA" in v.reason({**ok, "TMA": False}, problem)
     assert "STEP_MAJOR" in v.reason({**ok, "STEP_MAJOR": True}, problem)
+    assert v.reason({**ok, "NOBAR": True}, problem) is None
+    assert "it needs WGMMA and TMA" in v.reason({**ok, "PAIRED": False, "TMA": False, "NOBAR": True}, problem)
 
 
 @pytest.mark.parametrize("tokens", [5, 70])
@@ -1185,7 +1187,12 @@ def test_x_to_f16_zeroes_the_rows_it_is_given(device):
                                   {"TMA": 2, "HALF": True, "BLOCK_M": 32, "MAXNREG": 128},
                                   {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2,
                                    "MAXNREG": 128},
-                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PAIRED": True}])
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PAIRED": True},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "PAIRED": True, "NOBAR": True},
+                                  {"TMA": 2, "CHAIN": True, "HALF": True, "ABSORB": 8, "BLOCK_M": 32, "STAGES": 2,
+                                   "NOBAR": True},
+                                  {"TMA": 2, "CHAIN": True, "PERSIST1": 4, "NOBAR": True},
+                                  {"TMA": True, "NOBAR": True}])
 def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     """TMA=2 gathers mlp1's x rows per call (x_to_f16's rows=) and encodes its descriptors on the host; CHAIN's
     counters are sized by tile_slots: under a CUDA graph of route + layer, fresh logits and x before each of 10
@@ -1193,7 +1200,8 @@ def test_moe_mma_tma_under_graphs_with_new_routing(opts):
     the replays refill and every replay's tiles fit the grid, and PERSIST1's programs run each replay's tiles
     and no more (WAIT_LATE: and read x and its scales only after x_to_f16 wrote them; TICKET1: its counter back
     at zero for each replay; SPLITK2's output, whose shares round in bf16 in any order (ATOMIC) or are summed in
-    fp32 (without it), within 1%; ABSORB: which tails are absorbed follows each replay's routing)."""
+    fp32 (without it), within 1%; ABSORB: which tails are absorbed follows each replay's routing; NOBAR: the
+    ring's barriers kernels.ring_sync drops were not needed, PERSIST1's item loop included)."""
     dev = torch.device("cuda")
     dw, x, _, _ = odd_layer(29, 37, 6, dev)
     g = torch.Generator(device=dev).manual_seed(3)
