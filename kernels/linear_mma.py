@@ -38,11 +38,11 @@ import functools
 
 import torch
 
+from . import ring_sync
 from ._triton import INTERPRETED, pdl_enter, pdl_launch, reg_cap, tl, triton
 from .decode import NIB_DOWN_H2, e2m1_pairs, nib_pairs, tc_dot
 from .linear_f16 import hmul2, scale_mult_h2, split_h2, x_to_f16
 from .prepare import shuffle_nibbles, step_major, tail_half, tile_mxfp4
-from .ring_sync import install as _install_ring_sync
 from .ring_sync import mark as _mark
 
 CHUNK = 128  # K per step: 16 weight words, 4 MXFP4 blocks per row
@@ -256,7 +256,7 @@ if gluon is not None:
     _g_bc_mult = gluon.jit(bc_mult.fn)
     _g_bc_sum = gluon.jit(bc_sum.fn)
     _g_mark = gluon.jit(_mark.fn)
-    _install_ring_sync()
+    ring_sync.install()
 
     @gluon.constexpr_function
     def row_layout(LW):
@@ -1261,6 +1261,8 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0 and (NIB or bc == 1)):
         raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, BLOCK_M a multiple of 8 (8 x rows a group of BC "
                          "tokens), and BC=2 NIB")
+    if NOBAR and TMA and WGMMA:
+        ring_sync.check()
     x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
     BLOCK_N = 16 * ROWS * num_warps

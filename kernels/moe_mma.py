@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from . import ring_sync
 from ._triton import INTERP, INTERPRETED, pdl_launch, pdl_release, reg_cap, tl, triton
 from .decode import tc_dot
 from .linear_f16 import logical_pos, logical_pos_half, sm_count, x_to_f16
@@ -968,6 +969,8 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
                PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PAIRED=PAIRED, NOBAR=NOBAR)
+    if NOBAR and TMA and WGMMA:
+        ring_sync.check()
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
     scale = act16_scale(limit)

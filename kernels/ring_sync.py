@@ -86,6 +86,13 @@ def install():
         knobs.add_stages_inspection_hook = _stages_hook
 
 
+def check():
+    """Raise unless strip() runs after Triton's PTX stage: a build asking for NOBAR would keep its barriers."""
+    if not INTERPRETED and triton.knobs.runtime.add_stages_inspection_hook is not _stages_hook:
+        raise RuntimeError("NOBAR needs kernels.ring_sync's Triton stages hook, and another hook is installed "
+                           "(triton.knobs.runtime.add_stages_inspection_hook)")
+
+
 @triton.jit
 def mark(v):
     """v, through an inline-asm move carrying MARK into the kernel's PTX (strip() acts on marked kernels)."""
