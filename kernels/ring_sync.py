@@ -73,8 +73,12 @@ def _loop_bodies(lines: list[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _stages_hook(backend, stages, options, language, capability):
-    """Triton stages hook: the PTX stage's output goes through strip()."""
+def _stages_hook(*args):
+    """Triton stages hook: the PTX stage's output goes through strip(). Called without arguments (Triton 3.9 on)
+    it names the pipeline for the cache key."""
+    if not args:
+        return MARK, "1"
+    backend, stages, options, language, capability = args
     make_ptx = stages.get("ptx")
     if make_ptx is not None:
         stages["ptx"] = lambda src, metadata: strip(make_ptx(src, metadata))
