@@ -1261,7 +1261,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     if bc and not (WGMMA and TMA == 2 and (SEQ or CHUNKS == 1) and BLOCK_M % 8 == 0 and (NIB or bc == 1)):
         raise ValueError("BC needs WGMMA, TMA=2, SEQ or CHUNKS=1, BLOCK_M a multiple of 8 (8 x rows a group of BC "
                          "tokens), and BC=2 NIB")
-    if NOBAR and WGMMA:
+    if NOBAR and TMA and WGMMA:
         ring_sync.check()
     x16, xs = x_to_f16(x, pad=CHUNK * (1 if seq else CHUNKS), logical=WGMMA, half_tail=tail or ring_tail, bc=bc)
     y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
@@ -1304,7 +1304,7 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
                                SW=SW, SS=SS, LSC=LSC, wdesc=wdesc, sdesc=sdesc, xdesc=xdesc, TMA=int(TMA),
                                EARLY=EARLY, tdesc=tdesc, tsdesc=tsdesc, xtdesc=xtdesc, LWH=LWH, SWH=SWH,
                                SM=bool(STEP_MAJOR) and not TMA, GT=gt, TAIL=ring_tail, tw_ptr=tw, ts_ptr=ts,
-                               SEQ=seq, BC=bc, NOBAR=bool(NOBAR), num_warps=num_warps, **reg_cap(MAXNREG),
+                               SEQ=seq, BC=bc, NOBAR=bool(NOBAR) and bool(TMA), num_warps=num_warps, **reg_cap(MAXNREG),
                                **pdl_launch(inner=True))
     else:
         LW, LX, MMA = mma_layouts(BLOCK_M, ROWS, CHUNKS, num_warps)

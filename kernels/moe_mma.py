@@ -855,7 +855,7 @@ def _launch(phase, x16, xs, r, p, b, out, out_width, alpha, limit, act_scale, cf
                              ATOMIC=bool(cfg.get("ATOMIC")) and phase == 2, **splits, PERSIST=bool(persist), NT=nt,
                              WAIT_LATE=int(cfg.get("WAIT_LATE") or 0) if phase == 1 else 0, **tickets, **extra,
                              TAIL=bool(cfg.get("TAIL")), TAIL_OUT=bool(cfg.get("TAIL_OUT")), **tails, xdesc2=xdesc2,
-                             PAIRED=paired, NOBAR=bool(cfg.get("NOBAR")))
+                             PAIRED=paired, NOBAR=bool(cfg.get("NOBAR")) and bool(tma))
     else:
         LW, LX, MMA = mma_layouts(BM, cfg["ROWS"], cfg["CHUNKS"], cfg["num_warps"])
         extra = {**reg_cap(cfg.get("MAXNREG")), **pdl_launch(inner=True)}
@@ -969,7 +969,7 @@ def run_moe_mma(x, r, p1, b1, p2, b2, alpha, limit, x16=None, combine=True, *, B
                STAGES=STAGES, TILED=TILED, WGMMA=WGMMA, RING_W=RING_W, NIB=NIB, CHAIN=CHAIN, EPI_EARLY=EPI_EARLY,
                XSKIP=XSKIP, TMA=TMA, HALF=HALF, STEP_MAJOR=STEP_MAJOR, ATOMIC=atomic, SPLITK2=split,
                PERSIST1=PERSIST1, WAIT_LATE=WAIT_LATE, TICKET1=TICKET1, ABSORB=ABSORB, PAIRED=PAIRED, NOBAR=NOBAR)
-    if NOBAR and WGMMA:
+    if NOBAR and TMA and WGMMA:
         ring_sync.check()
     tail = bool(TAIL and WGMMA and RING_W and not TMA and CHUNKS == 1) and not INTERPRETED and gluon is not None
     tail1, tail2 = tail and H % 128 == 64, tail and I % 128 == 64  # mlp1's K is H, mlp2's is I
@@ -1131,8 +1131,8 @@ def _rule_paired(cfg, problem):
         return "PAIRED applies only with WGMMA and TMA"
     if cfg.get("PAIRED") and cfg.get("STEP_MAJOR"):
         return "PAIRED's boxes view the tiled copy, not STEP_MAJOR's"
-    if cfg.get("NOBAR") and not cfg.get("WGMMA"):
-        return "NOBAR drops barriers of WGMMA's ring (it needs WGMMA)"
+    if cfg.get("NOBAR") and not (cfg.get("WGMMA") and cfg.get("TMA")):
+        return "NOBAR drops barriers of TMA's ring (it needs WGMMA and TMA)"
     return None
 
 

@@ -54,31 +54,3 @@ def test_strip_drops_only_the_loops_redundant_barriers():
 def test_strip_leaves_unmarked_ptx_alone():
     plain = PTX.format(mark="another comment")
     assert strip(plain) == plain
-
-
-CP_ASYNC = """\
-$L__BB0_4:                              // =>This Inner Loop Header: Depth=1
-\tcp.async.wait_group \t2;
-\tbar.sync \t0;
-\tfence.proxy.async.shared::cta;
-\tcp.async.cg.shared.global [ %r1200 + 0 ], [ %rd151 + 0 ], 0x10, %r1201;
-\tcp.async.commit_group;
-\tbar.sync \t0;
-\tld.shared.v4.b32 {{%r1, %r2, %r3, %r4}}, [%r1438];
-\tst.shared.b32 [%r42], %r1;
-\tcp.async.commit_group;
-\tbar.sync \t0;
-\tld.shared.v4.b32 {{%r1, %r2, %r3, %r4}}, [%r1438];
-\twgmma.fence.sync.aligned;
-\t@%p78 bra \t$L__BB0_4;
-// {mark}
-"""
-
-
-def test_strip_drops_the_barrier_after_a_cp_async_rings_copies():
-    """A cp.async ring: the barrier right after a step's copies (nothing but the copies and the proxy fence since
-    the loop's first barrier) goes; one with a shared-memory store since the barrier before it stays."""
-    out = strip(CP_ASYNC.format(mark=MARK)).split("\n")
-    bars = [i for i, x in enumerate(out) if "bar.sync" in x]
-    assert len(bars) == 2 and "wait_group" in out[bars[0] - 1] and "commit_group" in out[bars[1] - 1]
-    assert "st.shared" in out[bars[1] - 2]
