@@ -428,8 +428,8 @@ def _rule_mma_registers(cfg, problem):
     if cfg.get("WGMMA"):
         return wgmma_reason(cfg)
     if (cfg.get("STAGES", 3) != 3 or cfg.get("RING_W") or cfg.get("TMA") or cfg.get("EARLY") or cfg.get("TAIL")
-            or cfg.get("STEP_MAJOR") or cfg.get("SEQ") or cfg.get("BC")):
-        return "STAGES (the x ring), RING_W, TMA, EARLY, TAIL, STEP_MAJOR, SEQ and BC apply only with WGMMA"
+            or cfg.get("STEP_MAJOR") or cfg.get("SEQ") or cfg.get("BC") or cfg.get("NOBAR")):
+        return "STAGES (the x ring), RING_W, TMA, EARLY, TAIL, STEP_MAJOR, SEQ, BC and NOBAR apply only with WGMMA"
     bm, rows, c = cfg["BLOCK_M"], cfg["ROWS"], cfg["CHUNKS"]
     regs = 2 * bm * c + rows * bm // 2 + 8 * rows * c * (2 if cfg["PREFETCH"] else 1)
     if regs > 210:
@@ -458,7 +458,8 @@ register(Variant(
                 "(RING_W: the weights too; TMA: copied by the tensor memory accelerator, TMA=2 x too; EARLY: TMA's "
                 "first copies before the PDL wait; TAIL: a half last chunk as a half step, from tail_half; "
                 "STEP_MAJOR: the ring reads prepare.step_major's copy; SEQ: TMA=2's slots of CHUNKS chunks decoded "
-                "one chunk at a time; BC: block scales after each chunk's wgmma, on 8 MMA columns a token); "
+                "one chunk at a time; BC: block scales after each chunk's wgmma, on 8 MMA columns a token; NOBAR: the "
+                "TMA loop's redundant barriers dropped from the PTX); "
                 "NIB: reads shuffle_nibbles' copy (9 decode instructions per word, not 15)",
 ))
 register(Variant(

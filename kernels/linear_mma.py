@@ -1044,6 +1044,8 @@ def wgmma_reason(cfg: dict) -> str | None:
         return "BC scales each chunk's wgmma (TMA=2, one chunk a wgmma: SEQ or CHUNKS=1)"
     if cfg.get("BC") == 2 and not cfg.get("NIB"):
         return "BC=2 puts NIB's 2^8 of pair half h = 1 into x's rows (it needs NIB)"
+    if cfg.get("NOBAR") and not cfg.get("TMA"):
+        return "NOBAR drops barriers of TMA's ring (it needs TMA)"
     acc = rows * cfg["BLOCK_M"] // 2 * (2 if cfg.get("BC") else 1)  # BC: a chunk's sums beside the accumulator
     regs = acc + 48 * rows * (1 if seq else c)
     if regs > 224 or acc > 64:
@@ -1245,7 +1247,10 @@ def run_gemv_mma(x, p, bias, *, BLOCK_M, ROWS, CHUNKS=1, PREFETCH=False, num_war
     row and chunk), and the columns are added once at the end. One token fills the 8 columns an n8 wgmma has
     anyway. BC=2 (NIB): column 2 t + j sums block t for token j of a pair (x's pair half h = 1 rows 2^8 smaller
     instead of a second multiplier), so an n8 wgmma serves two tokens. On an H200's lm_head at one token 77.7
-    against 79.6 us (results/20261129T153649-h200-linear-h200-bc); 16-64 rows a program (2-8 tokens, BC=1) lost."""
+    against 79.6 us (results/20261129T153649-h200-linear-h200-bc); 16-64 rows a program (2-8 tokens, BC=1) lost.
+    NOBAR (TMA): kernels.ring_sync drops from the build's PTX the CTA barriers Triton 3.6 adds around a TMA step's
+    copies and before its first wgmma (6 a step -> 1); bit-identical, on an H200's lm_head 0.1-1.4% faster at
+    1-32 tokens and 160.5 -> 143.5 us at 64 with one-chunk steps (results/20261129T172903-h200-linear-h200-nobar-a)."""
     M, K = x.shape
     N = p.N
     if TILED:

@@ -1010,14 +1010,14 @@ def _rule_registers(cfg, problem):
 def _rule_ring(cfg, problem):
     """The ring (STAGES > 0) replaces PREFETCH and must fit in shared memory: per slot mlp1's two weight
     tiles (BLOCK_N rows of CHUNKS * 64 bytes each) and x (BLOCK_M tokens of CHUNKS * 256 bytes). CHAIN is
-    built into the WGMMA kernel only, as are EPI_EARLY, XSKIP and TMA (whose other needs wgmma_reason checks).
+    built into the WGMMA kernel only, as are EPI_EARLY, XSKIP, TMA and NOBAR (whose other needs wgmma_reason checks).
     TMA lands mlp1's gate and linear boxes in the two halves of a slot: one chunk per step; with TMA=2 x's rows
     come as a box, so XSKIP would only repeat a config (with CHAIN, mlp2's box reads act published through device
     counters: the kernel puts an async-proxy fence on both sides, kernels.sync.proxy_fence_global)."""
     stages = cfg.get("STAGES") or 0
     if cfg.get("CHAIN") and not cfg.get("WGMMA"):
         return "CHAIN applies only with WGMMA"
-    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR", "ATOMIC"):
+    for opt in ("EPI_EARLY", "XSKIP", "TMA", "STEP_MAJOR", "ATOMIC", "NOBAR"):
         if cfg.get(opt) and not cfg.get("WGMMA"):
             return f"{opt} applies only with WGMMA"
     if cfg.get("TMA") and cfg["CHUNKS"] != 1:
@@ -1131,8 +1131,6 @@ def _rule_paired(cfg, problem):
         return "PAIRED applies only with WGMMA and TMA"
     if cfg.get("PAIRED") and cfg.get("STEP_MAJOR"):
         return "PAIRED's boxes view the tiled copy, not STEP_MAJOR's"
-    if cfg.get("NOBAR") and not (cfg.get("WGMMA") and cfg.get("TMA")):
-        return "NOBAR drops barriers of TMA's ring (it needs WGMMA and TMA)"
     return None
 
 
@@ -1160,5 +1158,6 @@ register(Variant(
                 "sm_90 wgmma on the same registers, x through a cp.async ring of STAGES shared-memory slots (TMA=2: "
                 "words, scale bytes and x by TMA boxes); NIB: reads shuffle_nibbles' copy (9 decode instructions "
                 "per word, not 15); HALF: part-filled token tiles on a half-width build; ABSORB: an expert's last "
-                "few tokens in the tile before them; PAIRED: one TMA box for mlp1's gate and linear rows",
+                "few tokens in the tile before them; PAIRED: one TMA box for mlp1's gate and linear rows; NOBAR: "
+                "the TMA loop's redundant barriers dropped from the PTX",
 ))

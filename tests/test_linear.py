@@ -156,6 +156,8 @@ def test_gemv_mma_block_columns_match_the_scaled_decode(m, n, k, device):
     assert "BC scales each chunk" in v.reason({**v.defaults, **base, "CHUNKS": 2, "BC": True}, problem)
     assert "apply only with WGMMA" in v.reason({**v.defaults, "BC": True}, problem)
     assert "it needs NIB" in v.reason({**v.defaults, **base, "BC": 2}, problem)
+    assert "it needs TMA" in v.reason({**v.defaults, **base, "TMA": False, "NOBAR": True}, problem)
+    assert "apply only with WGMMA" in v.reason({**v.defaults, "NOBAR": True}, problem)
 
 
 def test_x_to_f16_block_column_rows(device):
