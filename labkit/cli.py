@@ -449,16 +449,15 @@ def cmd_once(args) -> int:
     cfg = _parse_config(args.config)
     if args.variant == "auto":  # the config variant="auto" picks here, named so ncu's report can be read against it
         from .bench_moe import MODELS
-        from .results import off_defaults
+        from .results import off_defaults, sweep_problem
         from .sweep import auto_picks
 
         if args.model:
             E, top_k, H, I = MODELS[args.model]
-            problem = {"op": "moe", "m": args.m, "tokens": args.m, "experts": E, "top_k": top_k, "n": 2 * I, "k": H}
+            problem = sweep_problem("moe", args.m, 2 * I, H, E, top_k)
         else:
-            problem = {"op": "linear", "m": args.m, "n": args.n, "k": args.k}
-        [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]},
-                                              {**problem, "scale_min": 118, "scale_max": 124})
+            problem = sweep_problem("linear", args.m, args.n, args.k)
+        [(args.variant, picked)] = auto_picks({"auto_picks": [args.layout]}, problem)
         shown = ",".join(f"{k}={v}" for k, v in off_defaults(picked, args.variant).items())  # as --config takes it
         print(f"auto picks {args.variant} for a {args.layout} weight: {shown or 'defaults'}")
         cfg = {**picked, **cfg}

@@ -55,6 +55,27 @@ def normalize_point(row: Mapping) -> dict:
     return out
 
 
+#: the scale-byte window of the sweeps' synthetic weights (labkit.bench): what a variant's scale rules judge
+SWEEP_SCALES = {"scale_min": 118, "scale_max": 124}
+
+
+def sweep_problem(op: str, m: int, n: int, k: int, experts: int | None = None, top_k: int | None = None) -> dict:
+    """The problem dict a variant's rules judge (kernels.variants) for a sweep point: op "linear" or "moe"
+    (n = 2I, k = H for a MoE layer of m tokens), with the sweeps' scale window."""
+    p = {"op": op, "m": int(m), "n": int(n), "k": int(k), **SWEEP_SCALES}
+    if op == "moe":
+        p["tokens"] = int(m)
+        p.update({key: int(v) for key, v in (("experts", experts), ("top_k", top_k)) if not _isna(v)})
+    return p
+
+
+def stored_problem(row: Mapping) -> dict:
+    """sweep_problem of a stored point (a row of read_runs: op "linear" or "moe_layer")."""
+    moe = row["op"] == "moe_layer"
+    return sweep_problem("moe" if moe else "linear", row["m"], row["n"], row["k"],
+                         row["experts"] if moe else None, row["top_k"] if moe else None)
+
+
 def point_key(row: Mapping) -> tuple:
     """The identity of a point (KEY_COLUMNS), usable as a dict key or set member."""
     vals = []

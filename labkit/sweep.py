@@ -41,6 +41,8 @@ import yaml
 from kernels import VARIANTS
 from kernels.variants import get_variant
 
+from .results import sweep_problem
+
 SPECS_DIR = Path(__file__).parent / "specs"
 
 
@@ -205,7 +207,7 @@ def expand_linear(spec: dict, on_gpu: bool):
     for shape, (n, k) in shapes.items():
         for m in ms:
             point_start = len(cases)
-            problem = {"op": "linear", "m": m, "n": n, "k": k, "scale_min": 118, "scale_max": 124}
+            problem = sweep_problem("linear", m, n, k)
             for base in spec.get("baselines", []):
                 cases.append(LinearCase(shape, m, n, k, base, {}, spec.get("bias", False)))
             if "gemv_bf16" in spec and m <= bf16_max_rows:  # the lab's bf16 GEMV: a baseline with a grid
@@ -255,8 +257,7 @@ def expand_moe(spec: dict, on_gpu: bool):
                 base = dict(model=model, tokens=t, routing=rt, experts=E, top_k=k, hidden=H, intermediate=I)
                 for b in spec.get("baselines", []):
                     cases.append(MoECase(variant=b, **base))
-                problem = {"op": "moe", "m": t, "tokens": t, "experts": E, "top_k": k, "n": 2 * I, "k": H,
-                           "scale_min": 118, "scale_max": 124}
+                problem = sweep_problem("moe", t, 2 * I, H, E, k)
                 for name, grid in spec.get("variants", {}).items():
                     lo, hi = ranges.get(name, [0, float("inf")])
                     if not lo <= t <= hi:

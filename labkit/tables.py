@@ -30,7 +30,7 @@ import pandas as pd
 
 from kernels.prepare import HELD_LAYOUTS
 
-from .results import BASELINES, band_verdict, lossy, read_runs, time_band
+from .results import BASELINES, band_verdict, lossy, read_runs, stored_problem, time_band
 
 TABLES_MODULE = Path(__file__).resolve().parent.parent / "kernels" / "tables_measured.py"
 
@@ -57,16 +57,28 @@ def _problem_cols(op: str) -> list[str]:
     return ["shape", "n", "k"] if op == "linear" else ["model", "experts", "routing"]
 
 
-def runnable(variant: str, config: str) -> bool:
+def runnable(variant: str, config: str, problem: dict | None = None) -> bool:
     """Whether this checkout can still run a stored (variant, config): the variant is registered and knows
     every parameter set on (runs keep configs of options measured and later removed, e.g. L2_PREFETCH). A
     parameter it no longer knows, stored off (None, False or 0: a removed option's default), is the config
-    without it: the runs between an option's adding and removal store it so in every other config."""
+    without it: the runs between an option's adding and removal store it so in every other config. Given the
+    point's problem (results.stored_problem), the variant's rules must also admit the config there: a removed
+    combination of kept options (NOBAR on the cp.async ring) is no longer runnable either."""
     from kernels import VARIANTS
 
     v = VARIANTS.get(variant)
     on = {k for k, val in json.loads(config).items() if not _off(val)}
-    return v is not None and not on - set(v.space) - set(v.defaults)
+    if v is None or on - set(v.space) - set(v.defaults):
+        return False
+    return problem is None or v.reason(full_config(variant, config), problem) is None
+
+
+def runnable_points(df: pd.DataFrame) -> list[bool]:
+    """runnable for each stored point of df (a read_runs frame), judged at the point's own problem (a linear's or
+    a MoE layer's; other ops by their options alone)."""
+    cols = ["variant", "config", "op", "m", "n", "k", "experts", "top_k"]
+    return [runnable(r["variant"], r["config"], stored_problem(r) if r["op"] in ("linear", "moe_layer") else None)
+            for r in df[cols].to_dict("records")]
 
 
 def _off(value) -> bool:
@@ -109,8 +121,8 @@ def _points(runs, op: str, layout: str | None = None, with_opt_in: bool = False)
     df = read_runs(list(runs) if isinstance(runs, (list, tuple)) else [runs])
     point_op = "linear" if op == "linear" else "moe_layer"
     df = df[(df["op"] == point_op) & (df["status"] == "ok") & ~df["variant"].isin(BASELINES)].copy()
-    df = df[[runnable(v, c) and not lossy(v) and (with_opt_in or not opt_in(c)) and layout in (None, config_layout(c))
-             for v, c in zip(df["variant"], df["config"])]]
+    df = df[[ok and not lossy(v) and (with_opt_in or not opt_in(c)) and layout in (None, config_layout(c))
+             for ok, v, c in zip(runnable_points(df), df["variant"], df["config"])]]
     if df.empty:
         raise ValueError(f"{runs} has no ok {point_op} points" + (f" in the {layout} layout" if layout else ""))
     df["t"], df["t_p10"], df["t_p90"] = time_band(df, df["us_graph"].notna())  # t and its band (the noise rule)

@@ -19,8 +19,9 @@ one measurement but by no config's median is within the noise between runs (DESI
 the spread is not a result).
 
 A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the
-configs of options measured and later removed (PERSIST, SLICES, BACKOFF), and a target is met by the code as
-it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
+configs of options measured and later removed (PERSIST, SLICES, BACKOFF) and of removed combinations of kept
+options (NOBAR on the cp.async ring: the variant's rules judge each point's config at its problem), and a target
+is met by the code as it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
 are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
 (labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked
 (`opt_in`): a user reaches that time by naming the config, not through auto.
@@ -47,7 +48,7 @@ import pandas as pd
 
 from .readfloor import newest
 from .results import BASELINES, find_runs, lossy, off_defaults, read_runs, resolve_run, run_meta, short_config
-from .tables import full_config, opt_in, runnable
+from .tables import full_config, opt_in, runnable_points
 
 LINEAR_SHAPES = ("lm_head", "qkv", "attn_out")
 MOE_MODELS = ("gpt-oss-120b", "gpt-oss-20b")
@@ -143,7 +144,7 @@ def _ok_points(paths: list[Path]) -> pd.DataFrame:
     """Correct, timed points of these runs whose configs this checkout can still run, with a `problem` column."""
     df = read_runs(paths)
     df = df[(df["status"] == "ok") & df["us_graph"].notna()].copy()
-    df = df[[v in BASELINES or runnable(v, c) for v, c in zip(df["variant"], df["config"])]].copy()
+    df = df[[v in BASELINES or ok for v, ok in zip(df["variant"], runnable_points(df))]].copy()
     df["problem"] = _problem(df)
     return df
 

@@ -70,6 +70,32 @@ def test_a_removed_option_stored_off_is_the_config_without_it():
     assert not runnable("gone_variant", json.dumps(base))
 
 
+def test_a_removed_combination_of_kept_options_is_not_runnable():
+    """NOBAR on the cp.async ring was measured (stop 73) and removed while NOBAR stayed for TMA's ring: a stored
+    point of it is not runnable at its own problem, so neither the targets nor the tables credit it, while the
+    same point with TMA is; runnable_points judges each row of a run frame at the problem it ran."""
+    import json
+
+    import pandas as pd
+
+    from labkit.results import stored_problem
+    from labkit.tables import runnable, runnable_points
+
+    tma = {"BLOCK_M": 8, "ROWS": 2, "WGMMA": True, "RING_W": True, "TILED": True, "NIB": True, "TMA": 2,
+           "NOBAR": True, "STAGES": 3, "CHUNKS": 1}
+    cp_ring = {**tma, "TMA": False}
+    row = {"op": "moe_layer", "m": 32, "n": 5760, "k": 2880, "experts": 128, "top_k": 4}
+    assert stored_problem(row) == {"op": "moe", "m": 32, "tokens": 32, "n": 5760, "k": 2880, "experts": 128,
+                                   "top_k": 4, "scale_min": 118, "scale_max": 124}
+    assert runnable("moe_mma", json.dumps(cp_ring))  # its options alone are all known
+    assert not runnable("moe_mma", json.dumps(cp_ring), stored_problem(row))
+    assert runnable("moe_mma", json.dumps(tma), stored_problem(row))
+    df = pd.DataFrame([{**row, "variant": "moe_mma", "config": json.dumps(c)} for c in (tma, cp_ring)]
+                      + [{"op": "linear", "m": 4, "n": 256, "k": 128, "experts": None, "top_k": None,
+                          "variant": "gemv_mma", "config": json.dumps({**c, "BLOCK_M": 8})} for c in (tma, cp_ring)])
+    assert runnable_points(df) == [True, False, True, False]
+
+
 def test_a_removed_option_stored_off_completes_to_the_same_config():
     """full_config drops a removed option stored off, so a run that stored it (XIN: false, measured and removed
     in stop 58) repeats the config of the runs before and after it, and labkit.targets' median groups them; a
