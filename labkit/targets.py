@@ -21,8 +21,8 @@ the spread is not a result).
 A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the
 configs of options measured and later removed (PERSIST, SLICES, BACKOFF) and of removed combinations of kept
 options (NOBAR on the cp.async ring: the variant's rules judge each point's config at its problem), and a target
-is met by the code as it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets
-are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
+is met by the code as it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not
+count: the targets are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
 (labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked
 (`opt_in`): a user reaches that time by naming the config, not through auto.
 
