@@ -18,13 +18,13 @@ those, `repeats` that config's number of measurements and `met_median` whether i
 one measurement but by no config's median is within the noise between runs (DESIGN.md: a difference smaller than
 the spread is not a result).
 
-A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the
-configs of options measured and later removed (PERSIST, SLICES, BACKOFF) and of removed combinations of kept
-options (NOBAR on the cp.async ring: the variant's rules judge each point's config at its problem), and a target
-is met by the code as it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not
-count: the targets are for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
-(labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked
-(`opt_in`): a user reaches that time by naming the config, not through auto.
+A lab point counts only while this checkout can still run its config (labkit.tables.runnable): runs keep the configs
+of options measured and later removed (PERSIST, SLICES, BACKOFF) and of removed combinations of kept options (NOBAR
+on the cp.async ring: the variant's rules judge each point's config at its problem), and a target is met by the code
+as it stands. Variants that quantize the activations (results.lossy: w4a8, w4a8_fp8) do not count: the targets are
+for the MXFP4 kernels at bf16 accuracy. A best config that takes an option variant="auto" never picks
+(labkit.tables.OPT_IN: ATOMIC's run-to-run bits, STEP_MAJOR's second weight copy) counts, and is marked (`opt_in`):
+a user reaches that time by naming the config, not through auto.
 
 Each point also shows `x_read`, its best time over a plain read of its bytes (labkit.readfloor) at the rate the
 newest read-floor run on that GPU measured there: how far the kernel is from merely reading its weights once,
