@@ -6,10 +6,10 @@ weights with an evict_last policy (cp.async.bulk.prefetch.L2 with an L2::cache_h
 evict_first, mlp2 would read from L2. Stop 41's L2PF did the prefetch without the eviction hints on the H100 and
 mlp2 still read from DRAM (L2 hit rate 14.5%).
 
-Per trial (queued behind a spin kernel, so no host launch gap is timed): L2 flushed by writing a 4x-L2 buffer, then a stream kernel over S (its loads plain or evict_first,
-its programs prefetching their share of P at their start: none, plain, or evict_last), then a read kernel over P;
-CUDA events around each kernel. Printed: the read's time and rate against P read cold and P read hot (right
-after a first read). Usage: python3 .device/l2_hold_probe.py OUT_DIR
+Per trial (queued behind a spin kernel, so no host launch gap is timed): L2 flushed by writing a 4x-L2 buffer, then
+a stream kernel over S (its loads plain or evict_first, its programs prefetching their share of P at their start:
+none, plain, or evict_last), then a read kernel over P; CUDA events around each kernel. Printed: the read's time and
+rate against P read cold and P read hot (right after a first read). Usage: python3 .device/l2_hold_probe.py OUT_DIR
 """
 
 import json
