@@ -10,6 +10,7 @@ Per trial (queued behind a spin kernel, so no host launch gap is timed): L2 flus
 a stream kernel over S (its loads plain or evict_first, its programs prefetching their share of P at their start:
 none, plain, or evict_last), then a read kernel over P; CUDA events around each kernel. Printed: the read's time and
 rate against P read cold and P read hot (right after a first read). Usage: python3 .device/l2_hold_probe.py OUT_DIR
+[write|read]: the flush writes the buffer (default: L2 then holds dirty lines) or reads it (clean lines).
 """
 
 import json
@@ -57,6 +58,9 @@ def stream_kernel(s_ptr, n_s, out_ptr, p_ptr, p_piece, PF: tl.constexpr, EVICT: 
     tl.store(out_ptr + pid, tl.sum(acc))
 
 
+FLUSH = "write"
+
+
 def main(out_dir: str):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -64,7 +68,8 @@ def main(out_dir: str):
     l2 = props.L2_cache_size
     sms = props.multi_processor_count
     grid = sms * 4
-    flush = torch.empty(4 * l2, dtype=torch.uint8, device="cuda")
+    flush = torch.ones(4 * l2, dtype=torch.uint8, device="cuda")
+    flush_view, flush_sum = flush.view(torch.float32), torch.empty((), device="cuda")
     sums = torch.empty(grid, dtype=torch.float32, device="cuda")
     MB = 1 << 20
     rows = []
@@ -75,7 +80,10 @@ def main(out_dir: str):
         t_stream, t_read = [], []
         for _ in range(trials + 2):
             torch.cuda._sleep(2_000_000)  # the GPU busy while the host queues the trial: no launch gaps timed
-            flush.fill_(1)
+            if FLUSH == "write":
+                flush.fill_(1)
+            else:  # clean lines only: a read of the buffer
+                torch.sum(flush_view, dtype=torch.float32, out=flush_sum)
             e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
             e[0].record()
             if s is not None:
@@ -93,11 +101,11 @@ def main(out_dir: str):
         row = {"kind": kind, "s_mb": 0 if s is None else round(s.numel() * 2 / MB, 1), "p_mb": round(n_p / MB, 1),
                "evict": evict or "normal", "prefetch": ("none", "normal", "evict_last")[pf],
                "stream_us": round(ts, 2), "read_us": round(tr, 2), "read_tbs": round(n_p / tr / 1e6, 2),
-               "total_us": round(ts + tr, 2)}
+               "total_us": round(ts + tr, 2), "flush": FLUSH}
         rows.append(row)
         print(row, flush=True)
 
-    for s_mb, p_mb in ((35, 17.7), (70, 35), (141, 35), (141, 70)):
+    for s_mb, p_mb in ((35, 17.7), (70, 35), (141, 35), (141, 70), (307, 1)):
         p = torch.randn(int(p_mb * MB / 2) // BLOCK * BLOCK, device="cuda").half()
         s = torch.randn(int(s_mb * MB / 2) // BLOCK * BLOCK, device="cuda").half()
         run("cold", None, p, "", 0)
@@ -118,4 +126,5 @@ def main(out_dir: str):
 
 
 if __name__ == "__main__":
+    FLUSH = sys.argv[2] if len(sys.argv) > 2 else "write"
     main(sys.argv[1])
