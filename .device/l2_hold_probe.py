@@ -83,7 +83,7 @@ def main(out_dir: str):
             if FLUSH == "write":
                 flush.fill_(1)
             else:  # clean lines only: a read of the buffer
-                torch.sum(flush_view, dtype=torch.float32, out=flush_sum)
+                flush_sum.copy_(flush_view.sum())
             e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
             e[0].record()
             if s is not None:
