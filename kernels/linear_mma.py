@@ -908,8 +908,8 @@ if gluon is not None:
         to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
         row offsets still follow the weight's K. With TMA, KL and K0 (the slice's first K, whole steps) choose
-        the slice's boxes instead (moe_mma's SPLITK2). EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
-        weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
+        the slice's boxes instead (moe_mma's SPLITK2). EARLY (TMA or RING_W): the PDL wait is the loop's, after
+        its first weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
         xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
