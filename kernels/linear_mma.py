@@ -589,64 +589,61 @@ if gluon is not None:
 
     @gluon.jit
     def _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr,
-                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False, c0=0):
+                       XBYTES: gl.constexpr = 0, g1=None, SEQ: gl.constexpr = False):
         """TMA: step c's weight words and scale bytes (16-row groups from g0) as two tensor-memory-accelerator
         copies into ring slot c % STAGES, issued by one thread and completing on the slot's mbarrier (none
         past the last step); the barrier expects XBYTES more (x's box, TMA=2). g1 (moe_mma's mlp1, one chunk per
         step): the slot's second half of groups from g1 instead (its linear rows), two boxes of each kind; with
         tma_descriptors(paired=...)'s 4-D views (moe_mma's PAIRED) one box of each kind lands both halves, g0 the
         expert's gate half (2 e) and g1 the program's first group in each half. SEQ: the words' box lands
-        chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True)). c0: the K slice's first step (moe_mma's
-        SPLITK2), added to the boxes' K coordinates only."""
+        chunk-major ([CHUNKS, groups, 256]: tma_descriptors(chunk_major=True))."""
         slot = c % STAGES
-        k = c + c0
         CHUNKS: gl.constexpr = STEP // 16
         live = c < steps
         bar = bars.index(slot)
         NG: gl.constexpr = wsm.shape[2] if SEQ else wsm.shape[1]
         mbarrier.expect(bar, NG * CHUNKS * (1024 + 64) + XBYTES, pred=live)
         if SEQ:
-            tma.async_copy_global_to_shared(wdesc, [k * CHUNKS, g0, 0], bar, wsm.index(slot), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [k * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [c * CHUNKS, g0, 0], bar, wsm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
         elif g1 is None:
-            tma.async_copy_global_to_shared(wdesc, [g0, k * CHUNKS, 0], bar, wsm.index(slot), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [k * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [g0, c * CHUNKS, 0], bar, wsm.index(slot), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c * CHUNKS, g0, 0], bar, ssm.index(slot), pred=live)
         elif len(wdesc.block_shape) == 4:  # PAIRED: [half, group, chunk, word] boxes of both halves
             H: gl.constexpr = wsm.shape[1] // 2
-            tma.async_copy_global_to_shared(wdesc, [g0, g1, k, 0], bar, wsm.index(slot)._reinterpret(
+            tma.async_copy_global_to_shared(wdesc, [g0, g1, c, 0], bar, wsm.index(slot)._reinterpret(
                 gl.int32, [2, H, 1, 256], wdesc.layout), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [k, g0, g1, 0], bar, ssm.index(slot)._reinterpret(
+            tma.async_copy_global_to_shared(sdesc, [c, g0, g1, 0], bar, ssm.index(slot)._reinterpret(
                 gl.uint8, [1, 2, H, 64], sdesc.layout), pred=live)
         else:
             H: gl.constexpr = wsm.shape[1] // 2
-            tma.async_copy_global_to_shared(wdesc, [g0, k, 0], bar, wsm.index(slot).slice(0, H), pred=live)
-            tma.async_copy_global_to_shared(wdesc, [g1, k, 0], bar, wsm.index(slot).slice(H, H), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [k, g0, 0], bar, ssm.index(slot).slice(0, H, dim=1), pred=live)
-            tma.async_copy_global_to_shared(sdesc, [k, g1, 0], bar, ssm.index(slot).slice(H, H, dim=1), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [g0, c, 0], bar, wsm.index(slot).slice(0, H), pred=live)
+            tma.async_copy_global_to_shared(wdesc, [g1, c, 0], bar, wsm.index(slot).slice(H, H), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c, g0, 0], bar, ssm.index(slot).slice(0, H, dim=1), pred=live)
+            tma.async_copy_global_to_shared(sdesc, [c, g1, 0], bar, ssm.index(slot).slice(H, H, dim=1), pred=live)
 
     @gluon.jit
     def _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP: gl.constexpr, STAGES: gl.constexpr, SEQ: gl.constexpr = False,
-                 xsm2=None, xdesc2=None, c0=0):
+                 xsm2=None, xdesc2=None):
         """TMA=2: step c's x rows (tokens from m0; rows past M read as zeros) as one more box on the slot's
         mbarrier; SEQ: one [BLOCK_M, 128] box per chunk, into x slots slot * CHUNKS + q. xsm2 (ABSORB): the EXTRA
-        rows after BLOCK_M as a box of xdesc2 into xsm2's slot too. c0: as _g_tma_weights'."""
+        rows after BLOCK_M as a box of xdesc2 into xsm2's slot too."""
         slot = c % STAGES
-        k = c + c0
         if SEQ and len(xdesc.block_shape) == 3:  # one box of the step's chunks, in swizzle-wide column pieces
             PIECES: gl.constexpr = xdesc.block_shape[0]  # of the step ([piece, token, piece width] view of x)
             xs = xsm._reinterpret(gl.float16, [STAGES, PIECES, xsm.shape[1], xdesc.block_shape[2]], xdesc.layout)
-            tma.async_copy_global_to_shared(xdesc, [k * PIECES, m0, 0], bars.index(slot), xs.index(slot),
+            tma.async_copy_global_to_shared(xdesc, [c * PIECES, m0, 0], bars.index(slot), xs.index(slot),
                                             pred=c < steps)
         elif SEQ:
             CHUNKS: gl.constexpr = STEP // 16
             for q in gl.static_range(CHUNKS):
-                tma.async_copy_global_to_shared(xdesc, [m0, (k * CHUNKS + q) * 128], bars.index(slot),
+                tma.async_copy_global_to_shared(xdesc, [m0, (c * CHUNKS + q) * 128], bars.index(slot),
                                                 xsm.index(slot * CHUNKS + q), pred=c < steps)
         else:
-            tma.async_copy_global_to_shared(xdesc, [m0, k * (STEP * 8)], bars.index(slot), xsm.index(slot),
+            tma.async_copy_global_to_shared(xdesc, [m0, c * (STEP * 8)], bars.index(slot), xsm.index(slot),
                                             pred=c < steps)
             if xsm2 is not None:
-                tma.async_copy_global_to_shared(xdesc2, [m0 + xsm.shape[1], k * (STEP * 8)], bars.index(slot),
+                tma.async_copy_global_to_shared(xdesc2, [m0 + xsm.shape[1], c * (STEP * 8)], bars.index(slot),
                                                 xsm2.index(slot), pred=c < steps)
 
     @gluon.jit
@@ -684,26 +681,25 @@ if gluon is not None:
     @gluon.jit
     def _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, STEP: gl.constexpr,
                      STAGES: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False,
-                     xsm2=None, xdesc2=None, c0=0):
+                     xsm2=None, xdesc2=None):
         """Step c into ring slot c % STAGES: its weights by TMA (_g_tma_weights), its x rows by TMA too (XT) or
-        by cp.async as in _g_ring_issue (one group per step; past the last step an empty group). c0: the K
-        slice's first step, added to the boxes' K coordinates (cp.async's x copies follow xofs)."""
+        by cp.async as in _g_ring_issue (one group per step; past the last step an empty group)."""
         if XT:
             if xsm2 is None:
                 XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16
             else:  # ABSORB's extra box too
                 XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, XBYTES, g1, SEQ, c0)
-            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ, xsm2, xdesc2, c0)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, XBYTES, g1, SEQ)
+            _g_tma_x(xsm, bars, xdesc, m0, c, steps, STEP, STAGES, SEQ, xsm2, xdesc2)
         else:
-            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1, c0=c0)
+            _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, c, steps, STEP, STAGES, 0, g1)
             _g_x_issue(xsm, x_ptr, xofs, c, steps, STEP, STAGES, xok)
 
     @gluon.jit
     def _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
                     STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                     NIB: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, SEQ: gl.constexpr = False, xsm2=None,
-                    xdesc2=None, BC: gl.constexpr = False, c0=0):
+                    xdesc2=None, BC: gl.constexpr = False):
         """Step c of _g_wg_tma_loop: wait for its slot, issue step c + STAGES - 1, decode, wgmma. SEQ: the slot's
         chunks one at a time (LW, SW: one chunk's layouts), each decoded, multiplied and waited for before the
         next is read, so a chunk's A registers serve them all. BC (SEQ or one chunk a step): _g_bc_mma."""
@@ -725,7 +721,7 @@ if gluon is not None:
                     1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
                 if q == 0:
                     _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1,
-                                 steps, STEP, STAGES, XT, g1, xok, SEQ, c0=c0)
+                                 steps, STEP, STAGES, XT, g1, xok, SEQ)
                 if BC:
                     acc = _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot * CHUNKS + q), acc, BC)
                 else:
@@ -743,7 +739,7 @@ if gluon is not None:
             s = ssm.index(slot)._reinterpret(gl.uint8, [CHUNKS, BLOCK_N, 4], gl.SwizzledSharedLayout(
                 1, 1, 1, [2, 1, 0])).permute((1, 0, 2)).load(gl.SliceLayout(3, LW))
             _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c + STAGES - 1, steps, STEP,
-                         STAGES, XT, g1, xok, False, xsm2, xdesc2, c0)
+                         STAGES, XT, g1, xok, False, xsm2, xdesc2)
             if BC:
                 return _g_bc_mma(v, s, SMAX, NIB, A_L, xsm.index(slot), acc, BC)
             w = _g_decode_step(v, s, SMAX, NIB)
@@ -758,8 +754,7 @@ if gluon is not None:
                        STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                        NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                        tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, BC: gl.constexpr = False,
-                       c0=0):
+                       SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """_g_wg_ring_loop with each step's weight words and scale bytes copied by TMA (tma_descriptors: a box
         lands in the slot exactly as RING_W's cp.async copies lay it out) instead of 16-byte cp.async copies by
         every thread; x stays on cp.async (XT: by TMA too, below). The builds take fewer registers (lm_head,
@@ -785,8 +780,7 @@ if gluon is not None:
         xdesc2, absorb (XT, not SEQ or the tail; moe_mma's ABSORB): a ring of the EXTRA x rows after BLOCK_M and
         acc the pair (the tile's accumulator, one of those rows); where `absorb` the ring and the loop run with the
         extra box and wgmma in every step, else as without them: the branch sits outside the loop (_g_tma_run),
-        whose body then has no branch around a wgmma. BC: _g_bc_mma's steps (gemv_mma's BC). c0 (not with the
-        tail): the K slice's first step, KW the slice's words a row (moe_mma's SPLITK2 on TMA)."""
+        whose body then has no branch around a wgmma. BC: _g_bc_mma's steps (gemv_mma's BC)."""
         STEP: gl.constexpr = CHUNKS * 16
         # the slots' plain (unswizzled) layouts, as every tma_descriptors box lands (a PAIRED box reinterprets them)
         PLAIN_W: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
@@ -811,16 +805,16 @@ if gluon is not None:
         if xsm2 is None:
             acc = _g_tma_run(acc, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
                              STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
-                             BC=BC, c0=c0)
+                             BC=BC)
         else:
             a0, a1 = acc
             if absorb:
                 a0, a1 = _g_tma_run((a0, a1), wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps,
                                     SMAX, STEP, STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, xsm2=xsm2,
-                                    xdesc2=xdesc2, c0=c0)
+                                    xdesc2=xdesc2)
             else:
                 a0 = _g_tma_run(a0, wsm, ssm, bars, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, steps, SMAX, STEP,
-                                STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok, c0=c0)
+                                STAGES, LW, A_L, SW, NIB, EARLY, XT, g1, xok)
             acc = (a0, a1)
         if not XT:
             async_copy.wait_group(0)
@@ -833,9 +827,8 @@ if gluon is not None:
                    STEP: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr, A_L: gl.constexpr, SW: gl.constexpr,
                    NIB: gl.constexpr, EARLY: gl.constexpr, XT: gl.constexpr, g1=None, xok=None, tdesc=None,
                    tsdesc=None, xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None,
-                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, BC: gl.constexpr = False, c0=0):
-        """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows; c0:
-        the K slice's first step)."""
+                   SEQ: gl.constexpr = False, xsm2=None, xdesc2=None, BC: gl.constexpr = False):
+        """_g_wg_tma_loop's ring and K loop over its allocated slots (xsm2, xdesc2: with ABSORB's extra rows)."""
         CHUNKS: gl.constexpr = STEP // 16
         if xsm2 is None:  # the bytes of a step's x boxes (TMA=2)
             XBYTES: gl.constexpr = xsm.shape[1] * STEP * 16 if XT else 0
@@ -843,21 +836,21 @@ if gluon is not None:
             XBYTES: gl.constexpr = (xsm.shape[1] + xsm2.shape[1]) * STEP * 16
         if EARLY:  # the first steps' weights before the PDL wait (no kernel writes them), x after it
             for q in gl.static_range(STAGES - 1):
-                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ, c0)
+                _g_tma_weights(wsm, ssm, bars, wdesc, sdesc, g0, q, steps, STEP, STAGES, XBYTES, g1, SEQ)
             _g_pdl_enter()
             for q in gl.static_range(STAGES - 1):
                 if XT:
-                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ, xsm2, xdesc2, c0)
+                    _g_tma_x(xsm, bars, xdesc, m0, q, steps, STEP, STAGES, SEQ, xsm2, xdesc2)
                 else:
                     _g_x_issue(xsm, x_ptr, xofs, q, steps, STEP, STAGES, xok)
         else:
             for q in gl.static_range(STAGES - 1):
                 _g_tma_issue(xsm, wsm, ssm, bars, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, q, steps, STEP, STAGES,
-                             XT, g1, xok, SEQ, xsm2, xdesc2, c0)
+                             XT, g1, xok, SEQ, xsm2, xdesc2)
         if tdesc is None:
             for c in range(0, steps):
                 acc = _g_tma_step(acc, wsm, ssm, bars, xsm, x_ptr, xofs, wdesc, sdesc, xdesc, g0, m0, c, steps, SMAX,
-                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, BC, c0)
+                                  STEP, STAGES, LW, A_L, SW, NIB, XT, g1, xok, SEQ, xsm2, xdesc2, BC)
         else:  # the tail goes where the ring would copy step `steps`: in step steps - STAGES + 1, after its barrier
             split = gl.maximum(steps - (STAGES - 1), 0)
             for c in range(0, split):
@@ -901,15 +894,14 @@ if gluon is not None:
                       EARLY: gl.constexpr = False, xdesc=None, m0=0, xok=None, g1=None, tdesc=None, tsdesc=None,
                       xtdesc=None, LWH: gl.constexpr = None, SWH: gl.constexpr = None, SM: gl.constexpr = False,
                       GT=0, KL=None, TAIL: gl.constexpr = False, tw_e=None, ts_e=None, xtofs=None,
-                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, BC: gl.constexpr = False, K0=0):
+                      SEQ: gl.constexpr = False, xdesc2=None, absorb=None, BC: gl.constexpr = False):
         """A WGMMA program's accumulator [BLOCK_N weight rows `rows`, BLOCK_M x rows at xofs]: the ring(s) in
         shared memory and the K loop (_g_wg_tma_loop with TMA, where the rows are the 16-row groups from g0, and
         with g1 the second half's from g1; _g_wg_ring_loop with RING_W; else _g_wg_loop). xok: which x copies
         to make (x_live; not with TMA=2). SM (RING_W): w_ptr and s_ptr are prepare.step_major's copy, GT groups
         a chunk. KL (RING_W): the K this program multiplies, from pointers moved to a slice's first chunk; the
-        row offsets still follow the weight's K. With TMA, KL and K0 (the slice's first K, whole steps) choose
-        the slice's boxes instead (moe_mma's SPLITK2). EARLY (TMA or RING_W): the PDL wait is the loop's, after
-        its first weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
+        row offsets still follow the weight's K. EARLY (TMA or RING_W): the PDL wait is the loop's, after its first
+        weight copies. TAIL (RING_W, CHUNKS=1): a half last chunk runs as a half step (_g_wg_ring_loop) from
         tail_half's copy (tw_e, ts_e: its first group for these rows) and x's half_tail columns (xtofs). SEQ (TMA=2):
         the TMA loop's slots of CHUNKS chunks taken one chunk at a time (LW, SW, SX: one chunk's layouts).
         xdesc2 (TMA=2, moe_mma's ABSORB): the box of x's EXTRA rows after BLOCK_M, multiplied where `absorb` (the
@@ -927,13 +919,12 @@ if gluon is not None:
             EXTRA: gl.constexpr = xdesc2.block_type.shape[0]
             xsm2 = gl.allocate_shared_memory(gl.float16, [STAGES, EXTRA, 128 * CHUNKS], xdesc2.layout)
             acc = (acc, gl.zeros([BLOCK_N, EXTRA], gl.float32, width_layout(MMA, EXTRA)))
-            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KL // 8, SMAX, CHUNKS, STAGES,
-                                 LW, A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
-                                 xsm2, xdesc2, absorb, c0=K0 // (CHUNKS * 128))
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
+                                 xsm2, xdesc2, absorb)
         elif TMA:
-            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, KL // 8, SMAX, CHUNKS, STAGES,
-                                 LW, A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ,
-                                 BC=BC, c0=K0 // (CHUNKS * 128))
+            acc = _g_wg_tma_loop(acc, wdesc, sdesc, xdesc, g0, m0, x_ptr, xofs, xsm, K // 8, SMAX, CHUNKS, STAGES, LW,
+                                 A_L, SW, NIB, EARLY, TMA == 2, g1, xok, tdesc, tsdesc, xtdesc, LWH, SWH, SEQ, BC=BC)
         else:
             wofs, sofs, group, block = _g_word_offsets(rows, K // 8, CHUNKS, TILED, LW, SM, GT)
             if RING_W:

@@ -583,8 +583,7 @@ if gluon is not None:
         w_e = w_ptr + e.to(gl.int64) * WE
         s_e = s_ptr + e.to(gl.int64) * SE
         kl = None
-        if SPLITK > 1:  # the slice's first chunk: chunk strides of the tiled copy, or of the step-major one (TMA's
-            # boxes take K0 = ks instead)
+        if SPLITK > 1:  # the slice's first chunk: chunk strides of the tiled copy, or of the step-major one
             w_e += ks // 128 * (GT * 256 if SM else 256)
             s_e += ks // 128 * (GT * 64 if SM else 64)
             xofs += ks
@@ -602,7 +601,7 @@ if gluon is not None:
         acc = _g_wg_program(w_e, s_e, gl.where(r < COLS, ra, rb), x_ptr, xofs, K, SMAX, BLOCK_M, BLOCK_N, CHUNKS,
                             TILED, STAGES, RING_W, LW, MMA, SX, SW, SS, LSC, NIB, wdesc, sdesc, g0, TMA, WAIT_LATE == 2,
                             xdesc, m0, xok=xok, g1=g1, SM=SM, GT=GT, KL=kl, TAIL=TAIL, tw_e=tw_e, ts_e=ts_e,
-                            xtofs=xtofs, xdesc2=xdesc2, absorb=end - m0 > BLOCK_M, K0=ks)
+                            xtofs=xtofs, xdesc2=xdesc2, absorb=end - m0 > BLOCK_M)
         if xdesc2 is not None:
             acc, acc_x = acc
         if WAIT_LATE == 2 and EPI_EARLY:  # past the loop's PDL wait
@@ -1063,13 +1062,14 @@ def _rule_rows2(cfg, problem):
 
 def _rule_splitk2(cfg, problem):
     """SPLITK2 slices mlp2's K into programs whose shares meet in the output (ATOMIC's additions) or in the
-    combine; the slices start at pointers moved along the cp.async ring's copies (RING_W), or TMA's boxes start
-    at the slice's first step (stop 74)."""
+    combine; the slices start at pointers moved along the cp.async ring's copies (RING_W, not TMA's boxes)."""
     if (cfg.get("SPLITK2") or 1) == 1:
         return None
     for opt in ("WGMMA", "RING_W"):
         if not cfg.get(opt):
             return f"SPLITK2 needs {opt}"
+    if cfg.get("TMA"):
+        return "SPLITK2 moves the cp.async ring's pointers (TMA's boxes would need their own coordinates)"
     return None
 
 
