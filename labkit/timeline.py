@@ -244,8 +244,11 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     "MODEL TOKENS tokens", " #2" and on for a shape's later configs): summary.csv (summarize), stream.csv
     (stream_loss, for the points `configs` gives a moe_mma config of, persistent grids left out: their programs'
     bytes vary), fill.csv (fill_table, for those points where the programs carry their tile's tokens: runs
-    traced before that column have none) and one chart per point. Returns (summary, stream, fill; None where
-    there is none)."""
+    traced before that column have none) and one chart per point. Without plotly (the GPU machine may lack it)
+    the charts are skipped with a warning: `labkit timeline --from RUN_DIR` draws them where plotly is. Returns
+    (summary, stream, fill; None where there is none)."""
+    import importlib.util
+    import warnings
     from pathlib import Path
 
     from kernels import VARIANTS
@@ -254,6 +257,10 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
     from .gptoss_config import get_model
 
     out = Path(out)
+    charts = importlib.util.find_spec("plotly") is not None
+    if not charts:
+        warnings.warn(f"plotly is not installed: no timeline charts in {out} (its tables are written; `labkit "
+                      "timeline --from` draws the charts on a machine with plotly)", stacklevel=2)
     rows, streams, fills = [], [], []
     for point, d in df.groupby("point", sort=False):
         rows.append(summarize(d).assign(point=point))
@@ -263,8 +270,9 @@ def report(df: pd.DataFrame, out, configs: dict) -> tuple[pd.DataFrame, pd.DataF
         if point in configs and "tokens" in d.columns:
             bm = {**VARIANTS["moe_mma"].defaults, **configs[point]}["BLOCK_M"]
             fills.append(fill_table(d, bm).assign(point=point))
-        name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())
-        save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
+        if charts:
+            name = "timeline-" + "-".join(point.replace(" tokens", "").replace("#", "").split())
+            save_figure(timeline_figure(d, f"{point}: moe_mma programs running and waiting"), out, name)
     summary = pd.concat(rows, ignore_index=True)
     summary.to_csv(out / "summary.csv", index=False)
     stream = pd.concat(streams, ignore_index=True) if streams else None

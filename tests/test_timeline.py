@@ -164,6 +164,21 @@ def test_timeline_cli_from_a_stored_run(tmp_path):
     assert bad.returncode == 2 and "--point" in bad.stderr
 
 
+def test_report_without_plotly_writes_its_tables(tmp_path, monkeypatch):
+    """The GPU machine may lack plotly: report() then writes summary.csv and the other tables, warns that the
+    charts are skipped, and draws none (a traced run used to end in an ImportError after its data was stored)."""
+    import importlib.util
+
+    t = 7_000_000
+    df = timeline.programs_frame([_launch("mlp1", (2, 1), [(t, t + 1000, t + 5000, 0, 1), (t, t, t + 9000, 1, 1)])])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    with pytest.warns(UserWarning, match="plotly is not installed"):
+        summary, _, _ = timeline.report(df.assign(point="gpt-oss-20b 16 tokens"), tmp_path, {})
+    assert list(summary.launch) == ["mlp1"] and (tmp_path / "summary.csv").is_file()
+    assert not list(tmp_path.glob("*.html"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("extra", [{"CHAIN": True, "ROWS2": 1}, {"TMA": 2, "BLOCK_M": 64, "MAXNREG": 168}])
 def test_traced_moe_mma_records_every_program(extra):
