@@ -75,10 +75,11 @@ def runnable(variant: str, config: str, problem: dict | None = None) -> bool:
 
 def runnable_points(df: pd.DataFrame) -> list[bool]:
     """runnable for each stored point of df (a read_runs frame), judged at the point's own problem (a linear's or
-    a MoE layer's; other ops by their options alone)."""
+    a MoE layer's with its m, n and k; other points by their options alone)."""
     cols = ["variant", "config", "op", "m", "n", "k", "experts", "top_k"]
-    return [runnable(r["variant"], r["config"], stored_problem(r) if r["op"] in ("linear", "moe_layer") else None)
-            for r in df[cols].to_dict("records")]
+    rows = df.reindex(columns=cols).to_dict("records")
+    return [runnable(r["variant"], r["config"], stored_problem(r) if r["op"] in ("linear", "moe_layer")
+                     and not any(pd.isna(r[c]) for c in ("m", "n", "k")) else None) for r in rows]
 
 
 def _off(value) -> bool:

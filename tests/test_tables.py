@@ -73,7 +73,8 @@ def test_a_removed_option_stored_off_is_the_config_without_it():
 def test_a_removed_combination_of_kept_options_is_not_runnable():
     """NOBAR on the cp.async ring was measured (stop 73) and removed while NOBAR stayed for TMA's ring: a stored
     point of it is not runnable at its own problem, so neither the targets nor the tables credit it, while the
-    same point with TMA is; runnable_points judges each row of a run frame at the problem it ran."""
+    same point with TMA is; runnable_points judges each row of a run frame at the problem it ran (a row without
+    its n and k, as some tests store, by its options alone)."""
     import json
 
     import pandas as pd
@@ -94,6 +95,8 @@ def test_a_removed_combination_of_kept_options_is_not_runnable():
                       + [{"op": "linear", "m": 4, "n": 256, "k": 128, "experts": None, "top_k": None,
                           "variant": "gemv_mma", "config": json.dumps({**c, "BLOCK_M": 8})} for c in (tma, cp_ring)])
     assert runnable_points(df) == [True, False, True, False]
+    bare = pd.DataFrame([{"op": "moe_layer", "m": 32, "variant": "moe_mma", "config": json.dumps(cp_ring)}])
+    assert runnable_points(bare) == [True]  # no n or k stored: judged by its options alone
 
 
 def test_a_removed_option_stored_off_completes_to_the_same_config():
