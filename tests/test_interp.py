@@ -47,3 +47,16 @@ def test_helpers_patch_nothing_more_and_the_language_is_restored(monkeypatch):
     assert torch.equal(o, ((x * 2 + 1) * 2 + 1) * 2 + 1)
     assert len(scans) == 2 * flat  # six helper calls, no scans beyond the grid's own
     assert tl.load is load  # each grid's patch is undone when it ends
+
+
+def test_numpy_dtypes_are_triton_s_own():
+    """The once-per-type lookup gives what Triton's interpreter gives for every scalar, block and pointer type."""
+    import triton.runtime.interpreter as it
+
+    assert _interp.install() and it._get_np_dtype is not it._lab_np_dtype
+    scalars = [tl.int1, tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.int8, tl.uint8, tl.int16, tl.uint16,
+               tl.int32, tl.uint32, tl.int64, tl.uint64, tl.float8e5, tl.float8e4nv]
+    types = scalars + [tl.block_type(t, [4, 2]) for t in scalars] + [tl.pointer_type(tl.float16),
+                                                                      tl.block_type(tl.pointer_type(tl.int32), [8])]
+    for t in types * 2:  # the second pass is answered from the cache
+        assert it._get_np_dtype(t) == it._lab_np_dtype(t), t

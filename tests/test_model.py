@@ -1,5 +1,6 @@
 """The GPT-OSS model on the tiny preset (CPU, torch backends): math, cache, weights, backend seam."""
 
+import dataclasses
 import gc
 import math
 import weakref
@@ -22,6 +23,16 @@ CFG = get_config("tiny")
 @pytest.fixture(scope="module")
 def weights():
     return synthetic_weights(CFG, seed=0)
+
+
+#: two layers (one sliding-window, one full): enough for the tests that run a whole model through the
+#: interpreter's MoE and lm_head kernels, each layer of which costs seconds there
+CFG2 = dataclasses.replace(CFG, layers=2)
+
+
+@pytest.fixture(scope="module")
+def weights2():
+    return synthetic_weights(CFG2, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -276,10 +287,10 @@ def test_triton_attention_backend_matches_torch_prefill_and_decode(weights, fuse
     assert max(errs) < 3e-2, errs
 
 
-def test_router_hands_the_moe_its_fp16_input(weights, device):
+def test_router_hands_the_moe_its_fp16_input(weights2, device):
     """With the triton attention and MoE backends, router_logits converts the MoE input to fp16 in its own
     launch (x16) and moe_mxfp4 uses it: the same output as the MoE converting it itself, at every layer."""
-    m = GptOss(CFG, weights.to(device), Backends(attention="triton", moe="triton"))
+    m = GptOss(CFG2, weights2.to(device), Backends(attention="triton", moe="triton"))
     real, seen = m.moe._moe, []
 
     def checked(x, *args, x16=None, **kw):
@@ -291,13 +302,13 @@ def test_router_hands_the_moe_its_fp16_input(weights, device):
     m.moe._moe = checked
     cache = m.new_cache(1, 6)
     m.prefill(tokens(1, 4, seed=5).to(device), cache)
-    assert seen == [True] * CFG.layers
+    assert seen == [True] * CFG2.layers
 
 
-def test_decode_step_combines_the_moe_inside_the_next_norm(weights, device):
+def test_decode_step_combines_the_moe_inside_the_next_norm(weights2, device):
     """Decode with the triton attention and MoE backends leaves each MoE output uncombined (MoESlots) for
     the next norm to sum; with a hook on, every component output is materialised instead. Same logits."""
-    m = GptOss(CFG, weights.to(device), Backends(attention="triton", moe="triton"))
+    m = GptOss(CFG2, weights2.to(device), Backends(attention="triton", moe="triton"))
     real, kinds = m.moe._moe, []
     m.moe._moe = lambda *a, **kw: kinds.append(type(y := real(*a, **kw)).__name__) or y
     prompt = tokens(1, 4, seed=6).to(device)
@@ -309,7 +320,7 @@ def test_decode_step_combines_the_moe_inside_the_next_norm(weights, device):
         outs.append(m.decode_step(nxt, cache)[1])
         if handle:
             handle.remove()
-    L = CFG.layers
+    L = CFG2.layers
     assert kinds == ["Tensor"] * L + ["MoESlots"] * L + ["Tensor"] * 2 * L  # prefill, decode, hooked pair
     assert torch.equal(outs[0], outs[1])
 
@@ -387,7 +398,7 @@ def test_owned_weights_take_the_nib_layouts(device):
         assert torch.equal(got.blocks, ref.layers[1].w1[2].blocks)
 
 
-def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):
+def test_tiled_layout_matches_rows_and_its_torch_reference(weights2, device):
     """layout tiled: the triton MoE's w1 (deinterleaved), w2 and the mxfp4 lm_head are held tiled, in the
     model's own layer objects (the shared weights keep their row-major experts for other models), and prefill
     and decode logits match the row-major model. The tiled model runs other kernel configs (the TILED auto
@@ -397,11 +408,11 @@ def test_tiled_layout_matches_rows_and_its_torch_reference(weights, device):
     which shares the tiled experts, passes as it does for rows."""
     from labkit.model.profile import PARITY_LAYER0_TOL, _parity_check
 
-    w = weights.to(device)
+    w = weights2.to(device)
     t = tokens(1, 3, seed=7).to(device)
     out = {}
     for layout in ("rows+nib", "rows", "tiled"):
-        m = GptOss(CFG, w, Backends(moe="triton", lm_head="mxfp4", layout=layout))
+        m = GptOss(CFG2, w, Backends(moe="triton", lm_head="mxfp4", layout=layout))
         cache = m.new_cache(1, 4)
         first = m.prefill(t, cache)
         out[layout] = (first, m.decode_step(first.argmax(-1), cache)[1])
