@@ -514,8 +514,9 @@ def test_moe_mma_several_k_steps_and_a_tail(cfg, device, monkeypatch):
 def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     """moe_h2g's TILED reads tile_mxfp4's copies (w1 deinterleaved: gate and linear rows of a pair from the two
     halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
-    partial row tiles in both layers (3 tokens on the CPU, where each position's programs run one by one)."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 3, 2, device)
+    partial row tiles in both layers (2 tokens on the CPU, where each position's programs run one by one: an
+    expert with two positions, two with one, one with none)."""
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 2, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
     assert rel_err(y, ref) < TOL
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
@@ -531,8 +532,8 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
 ])
 def test_moe_h2g_shuffled_nibbles(cfg, device):
     """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
-    partial tiles included; weights held shuffled run only NIB configs (3 tokens on the CPU)."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 3, 2, device)
+    partial tiles included; weights held shuffled run only NIB configs (2 tokens on the CPU)."""
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 2, 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, **cfg)
     assert rel_err(y, ref) < TOL
     if not cfg.get("COMBINE"):
