@@ -4,8 +4,12 @@
 # by `timeout` printed only dots: stop 72 saw one F it could not name).
 # call as: [LIMIT=seconds] bash .device/gpu_tests.sh NAME "<pytest -k expr>" [test files...]
 # the wheels of .whl, or of .whl/slim where only that was carried (the tree and carry together must fit in 64 MiB)
-wheels=$(ls .whl/*.whl 2>/dev/null || ls .whl/slim/*.whl)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels && export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH || exit
+# (LAB_SITE_READY=1: gpu_suite.sh installed them already)
+if [ -z "$LAB_SITE_READY" ]; then
+  wheels=$(ls .whl/*.whl 2>/dev/null || ls .whl/slim/*.whl)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels || exit
+fi
+export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1
 name=$1; expr=$2; shift 2
 out=$OUT/tests-$name.txt
