@@ -441,11 +441,10 @@ def odd_layer(seed: int, tokens: int, sample_seed: int, device):
     return tuple(w.to(device) for w in (w1, b1, w2, b2)), x.to(device), r, ref
 
 
-def many_tokens(device) -> int:
-    """Tokens of odd_layer's many-tile case: 70 on the GPU (zipf sample seed 4: 16-61 positions per expert, up
-    to 8 tiles of 8); 24 on the CPU (5-20 positions, 1-3 tiles and part-filled ones), where the interpreter runs
-    every program one after the other and its time grows with the tiles (70 tokens took ~110 s a test)."""
-    return 70 if device.type == "cuda" else 24
+def gpu_or_cpu(gpu: int, cpu: int, device) -> int:
+    """A many-tile case's tokens: `gpu` on the GPU, `cpu` (fewer) in the interpreter, which runs every program
+    one after the other, so that its time grows with the tiles (70 tokens took ~110 s a test there)."""
+    return gpu if device.type == "cuda" else cpu
 
 
 @pytest.mark.parametrize("cfg", [
@@ -516,7 +515,7 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     halves) in 128-K chunks: bit-identical to the row-major weights. H=288 and I=160 leave K tails and
     partial row tiles in both layers (2 tokens on the CPU, where each position's programs run one by one: an
     expert with two positions, two with one, one with none)."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 2, 2, device)
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, gpu_or_cpu(9, 2, device), 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", **cfg)
     assert rel_err(y, ref) < TOL
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
@@ -533,7 +532,7 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
 def test_moe_h2g_shuffled_nibbles(cfg, device):
     """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
     partial tiles included; weights held shuffled run only NIB configs (2 tokens on the CPU)."""
-    (w1, b1, w2, b2), x, r, ref = odd_layer(5, 9 if device.type == "cuda" else 2, 2, device)
+    (w1, b1, w2, b2), x, r, ref = odd_layer(5, gpu_or_cpu(9, 2, device), 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, **cfg)
     assert rel_err(y, ref) < TOL
     if not cfg.get("COMBINE"):
@@ -717,7 +716,7 @@ def test_moe_mma_own_mlp2_rows_is_bit_identical(tokens, device):
     token tile then differ from mlp1's); a ROWS2 or STAGES2 whose mlp2 build would not fit is refused."""
     cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
            "RING_W": True, "NIB": True}
-    tokens = many_tokens(device) if tokens == "many" else tokens
+    tokens = gpu_or_cpu(70, 24, device) if tokens == "many" else tokens  # zipf seed 4: 16-61 or 5-20 per expert
     dw, x, r, ref = odd_layer(7, tokens, 4, device)
     y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg)
     for extra in ({"ROWS2": 1}, {"ROWS2": 1, "CHAIN": True}, {"STAGES2": 2}, {"ROWS2": 1, "STAGES2": 8, "CHAIN": True}):
@@ -820,7 +819,7 @@ def test_moe_mma_early_epilogue_loads_are_bit_identical(tokens, device):
     and without CHAIN and ROWS2; without WGMMA the option is refused (it would repeat a config)."""
     cfg = {"BLOCK_M": 8, "ROWS": 2, "CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 4, "TILED": True,
            "RING_W": True, "NIB": True}
-    tokens = many_tokens(device) if tokens == "many" else tokens
+    tokens = gpu_or_cpu(70, 24, device) if tokens == "many" else tokens  # zipf seed 4: 16-61 or 5-20 per expert
     dw, x, r, ref = odd_layer(11, tokens, 4, device)
     for extra in ({}, {"CHAIN": True, "ROWS2": 1}):
         y = K.moe_mxfp4(x, r, *dw, variant="moe_mma", **cfg, **extra)
@@ -904,7 +903,7 @@ def test_moe_mma_atomic_combine(device):
     EPI_EARLY, both TMA modes, STEP_MAJOR). With combine=False the option is ignored (the rows are kept for
     kernels.add_rms_norm)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
-    dw, x, r, ref = odd_layer(19, 37, 6, device)
+    dw, x, r, ref = odd_layer(19, gpu_or_cpu(37, 21, device), 6, device)  # 10-32 or 5-17 per expert
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
                   {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True},
                   {"BLOCK_M": 16, "ROWS": 1, "TMA": True}, {"BLOCK_M": 64, "ROWS": 2, "TMA": 2, "CHAIN": True}):
@@ -929,7 +928,7 @@ def test_moe_mma_splitk2_adds_its_slices(device):
     the combine (the next test)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True,
            "ATOMIC": True}
-    (w1, b1, w2, b2), x, r, ref = odd_layer(19, 37, 6, device)
+    (w1, b1, w2, b2), x, r, ref = odd_layer(19, gpu_or_cpu(37, 21, device), 6, device)  # 10-32 or 5-17 per expert
     dw = (w1, b1, w2, b2 * 50)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1, "SPLITK2": 2},
                   {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True, "SPLITK2": 3},
@@ -954,7 +953,7 @@ def test_moe_mma_splitk2_without_atomic_sums_its_slices_in_order(device):
     outputs ~20) so that a slice lost, repeated or given the bias twice moves the output by 10% or more. Without
     the combine (MoESlots for add_rms_norm) the slices are not run: the unsliced rows come back."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
-    (w1, b1, w2, b2), x, r, ref = odd_layer(19, 37, 6, device)
+    (w1, b1, w2, b2), x, r, ref = odd_layer(19, gpu_or_cpu(37, 21, device), 6, device)  # 10-32 or 5-17 per expert
     dw = (w1, b1, w2, b2 * 50)
     for extra in ({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
                   {"BLOCK_M": 16, "ROWS": 2, "CHAIN": True, "HALF": True, "STEP_MAJOR": True},
@@ -981,7 +980,7 @@ def test_moe_mma_persistent_grids_do_every_program_once(device):
     same work in another order, so the same bits, twice in a row: the counter is back at zero after each call (a
     counter left set would skip items)."""
     cfg = {"CHUNKS": 1, "num_warps": 4, "WGMMA": True, "STAGES": 3, "TILED": True, "NIB": True, "RING_W": True}
-    dw, x, r, ref = odd_layer(19, 37, 6, device)
+    dw, x, r, ref = odd_layer(19, gpu_or_cpu(37, 21, device), 6, device)  # 10-32 or 5-17 per expert
     # each (PERSIST1, WAIT_LATE, TICKET1) setting once, spread over the three builds (every pair of them took 89 s
     # in the interpreter): grids of 1, 2 and 8 programs per SM, and none
     for extra, settings in (({"BLOCK_M": 8, "ROWS": 2, "CHAIN": True, "EPI_EARLY": 2, "ROWS2": 1},
