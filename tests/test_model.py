@@ -235,12 +235,6 @@ def test_w4a8_moe_backend_runs_and_differs_slightly(weights, device):
     assert 0 < ((got - ref).norm() / ref.norm()).item() < 0.2  # 0.117 on the H100, less on the CPU
 
 
-@pytest.mark.skipif(hasattr(kernels, "moe_mxfp4"), reason="kernels.moe_mxfp4 exists")
-def test_triton_backend_says_which_kernel_is_missing(weights):
-    with pytest.raises(ImportError, match="needs kernels.route"):
-        GptOss(CFG, weights, Backends(moe="triton"))
-
-
 def test_torch_only_faults_are_refused_with_the_triton_moe(weights):
     with pytest.raises(ValueError, match="swiglu_no_plus1 live inside the fused MoE kernel"):
         GptOss(CFG.with_faults("swiglu_no_plus1"), weights, Backends(moe="triton"))
