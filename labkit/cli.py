@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 
 def cmd_info(args) -> int:
@@ -43,8 +44,17 @@ def cmd_quickstart(args) -> int:
 
 def cmd_sweep(args) -> int:
     """Run a sweep spec into a run folder, resuming where a killed run stopped."""
-    from .sweep import run_sweep
+    from .sweep import run_sweep, shipped_specs
 
+    if args.list is not None:
+        specs = shipped_specs(args.list)
+        for name, summary in specs:
+            print(name, textwrap.fill(summary, 116, initial_indent="    ", subsequent_indent="    "), sep="\n")
+        print(f"{len(specs)} shipped spec(s)" + (f" mentioning {args.list!r}" if args.list else "")
+              + " in labkit/specs; `./lab sweep NAME` runs one")
+        return 0 if specs else 1
+    if not args.spec:
+        raise SystemExit("labkit sweep: name a spec (a YAML file or a shipped name), or --list [WORD] to find one")
     run_sweep(args.spec, out=args.out, resume=args.resume, limit=args.limit, progress=not args.quiet)
     return 0
 
@@ -654,7 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("sweep", help="run a sweep spec (YAML or shipped name) into a run folder, resumable")
-    p.add_argument("spec", help="YAML file or the name of a shipped spec, e.g. linear_gptoss")
+    p.add_argument("spec", nargs="?", help="YAML file or the name of a shipped spec, e.g. linear_gptoss")
+    p.add_argument("--list", nargs="?", const="", metavar="WORD",
+                   help="list the shipped specs (those whose name or comment mentions WORD) and what each measures")
     p.add_argument("--out", help="run folder to create (default results/<run_id>)")
     p.add_argument("--resume", metavar="RUN", help="continue a run folder, skipping points already stored")
     p.add_argument("--limit", type=int, help="measure at most N points this time")

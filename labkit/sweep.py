@@ -54,12 +54,27 @@ def load_spec(spec) -> dict:
     if not p.is_file():
         p = SPECS_DIR / f"{spec}.yaml"
     if not p.is_file():
-        known = ", ".join(sorted(q.stem for q in SPECS_DIR.glob("*.yaml")))
-        raise FileNotFoundError(f"no sweep spec {spec!r}; shipped specs: {known}")
+        near = [q.stem for q in sorted(SPECS_DIR.glob(f"{str(spec).split('_')[0]}_*.yaml"))][:12]
+        raise FileNotFoundError(f"no sweep spec {spec!r} (neither a file nor a shipped name); `./lab sweep --list` "
+                                f"names the shipped ones" + (f", e.g. {', '.join(near)}" if near else ""))
     out = yaml.safe_load(p.read_text())
     if not isinstance(out, dict) or "op" not in out:
         raise ValueError(f"{p}: a sweep spec is a mapping with at least an 'op' key")
     out.setdefault("name", p.stem)
+    return out
+
+
+def shipped_specs(word: str = "") -> list[tuple[str, str]]:
+    """(name, first sentence of its opening comment) of every shipped spec whose name or comment holds `word`
+    (case ignored): 188 specs are too many to find by file name alone."""
+    out = []
+    for p in sorted(SPECS_DIR.glob("*.yaml")):
+        lines = p.read_text().splitlines()
+        head = " ".join(ln.lstrip("#").strip() for ln in lines[:next((i for i, ln in enumerate(lines)
+                                                                       if not ln.startswith("#")), len(lines))])
+        if word.lower() in f"{p.stem} {head}".lower():
+            first, dot, _ = head.partition(". ")
+            out.append((p.stem, first + ("." if dot else "")))
     return out
 
 

@@ -346,3 +346,23 @@ def test_selfcheck_prints_each_check_and_fails_on_a_wrong_kernel(capsys, monkeyp
     assert out[-1] == "0/6 correct" and all(ln.startswith("BAD gemv ") for ln in out[:-1])
     assert main(["selfcheck", "--variant", "nope"]) == 2
     assert "unknown variant(s) nope" in capsys.readouterr().err
+
+
+def test_sweep_list_finds_shipped_specs_by_word(capsys):
+    assert main(["sweep", "--list", "imbalance"]) == 0
+    out = capsys.readouterr().out
+    assert "moe_balanced\n    What chance imbalance costs the MoE layer" in out and "linear_gptoss" not in out
+    assert main(["sweep", "--list"]) == 0
+    from labkit.sweep import SPECS_DIR
+
+    assert f"{len(list(SPECS_DIR.glob('*.yaml')))} shipped spec(s)" in capsys.readouterr().out
+    assert main(["sweep", "--list", "no spec says this"]) == 1
+
+
+def test_sweep_of_an_unknown_spec_points_to_the_list():
+    from labkit.sweep import load_spec
+
+    with pytest.raises(FileNotFoundError, match=r"--list.*e\.g\. moe_"):
+        load_spec("moe_no_such_spec")
+    with pytest.raises(SystemExit, match="--list"):
+        main(["sweep"])
