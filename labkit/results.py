@@ -265,9 +265,14 @@ def query(sql: str, runs: Iterable[str | Path] | None = None) -> pd.DataFrame:
     paths = find_runs() if runs is None else [resolve_run(r) for r in runs]
     con = duckdb.connect()
     try:
-        con.register("points", read_runs(paths))
-        con.register("runs", list_runs(paths))
-        return con.execute(sql).df()
+        views = {"points": read_runs(paths), "runs": list_runs(paths)}
+        for name, df in views.items():
+            con.register(name, df)
+        try:
+            return con.execute(sql).df()
+        except duckdb.Error as e:  # a message, not a traceback: a wrong column is the usual slip
+            cols = "; ".join(f"{name}: {', '.join(map(str, df.columns))}" for name, df in views.items())
+            raise ValueError(f"{e}\ncolumns of the views ({cols})") from None
     finally:
         con.close()
 

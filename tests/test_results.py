@@ -199,6 +199,8 @@ def test_query_sql_over_runs(tmp_path):
                "GROUP BY run_id ORDER BY run_id", runs=[a, b])
     assert df.to_dict("records") == [{"run_id": "a", "n": 2, "best": 10.0}, {"run_id": "b", "n": 1, "best": 5.0}]
     assert query("SELECT failed FROM runs WHERE run_id = 'b'", runs=[a, b])["failed"].tolist() == [1]
+    with pytest.raises(ValueError, match=r"(?s)\"problem\" not found.*points: run_id, op, variant"):
+        query("SELECT problem FROM points", runs=[a, b])  # a message naming the columns, not duckdb's traceback
 
 
 def test_best_table_uses_each_ops_baseline(tmp_path):
