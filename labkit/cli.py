@@ -395,7 +395,12 @@ def cmd_timeline(args) -> int:
     from .timeline import build_occupancy, point_label, report, trace_layer
 
     if args.from_dir:
+        from .results import resolve_run
+
         out = Path(args.from_dir)
+        out = out if out.is_dir() else resolve_run(out)  # a folder, or a run id under results/
+        if not (out / "programs.parquet").is_file():
+            raise FileNotFoundError(f"{out} holds no programs.parquet: not a `labkit timeline` run")
         df = pd.read_parquet(out / "programs.parquet")
     else:
         if not args.point:

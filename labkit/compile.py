@@ -396,7 +396,9 @@ def static_report(variant: str, config: dict, m: int, n: int, k: int, arch: int 
     is compiled for [m, k] x [n, k]; a MoE variant for m tokens of `model`'s layer (n and k unused)."""
     from kernels import VARIANTS
 
-    if variant in VARIANTS and VARIANTS[variant].kind == "moe":
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(sorted(VARIANTS))}")
+    if VARIANTS[variant].kind == "moe":
         from .gptoss_config import get_model
 
         c = get_model(model)

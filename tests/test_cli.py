@@ -366,3 +366,8 @@ def test_sweep_of_an_unknown_spec_points_to_the_list():
         load_spec("moe_no_such_spec")
     with pytest.raises(SystemExit, match="--list"):
         main(["sweep"])
+
+
+def test_sass_of_an_unknown_variant_names_the_known_ones(capsys):
+    assert main(["sass", "gemv_nope"]) == 2
+    assert "unknown variant 'gemv_nope'; known: dequant_gemm" in capsys.readouterr().err

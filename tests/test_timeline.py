@@ -162,6 +162,10 @@ def test_timeline_cli_from_a_stored_run(tmp_path):
     assert set(fill.tile_tokens) == {"1-4"} and fill.programs.sum() == 2 * 3 and "tile fill" in out
     bad = subprocess.run([sys.executable, "-m", "labkit", "timeline"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--point" in bad.stderr
+    (tmp_path / "programs.parquet").unlink()
+    bad = subprocess.run([sys.executable, "-m", "labkit", "timeline", "--from", str(tmp_path)], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "holds no programs.parquet" in bad.stderr
 
 
 def test_report_without_plotly_writes_its_tables(tmp_path, monkeypatch):
