@@ -275,7 +275,9 @@ def cmd_readfloor(args) -> int:
         print("labkit readfloor: a read floor is measured on a GPU, and torch sees none", file=sys.stderr)
         return 2
     gpu = torch.cuda.get_device_name()
-    points = memory_bound(judge(args.runs, gpu=gpu))
+    judged = judge(args.runs, gpu=gpu)
+    points = memory_bound(judged)
+    bw = max(c["read_gbps"] for c in judged.attrs["ceilings"].values())  # the GB/s the floors divide by
     if not len(points):
         print(f"labkit readfloor: no judged memory-bound point measured on {gpu}", file=sys.stderr)
         return 2
@@ -283,12 +285,14 @@ def cmd_readfloor(args) -> int:
     print(f"{run.path}: {len(points)} points", flush=True)
 
     def progress(row):
-        print(f"{row['problem']:>12s} {row['m']:5d}: read {row['read_us']:8.1f} us ({row['read_gbps']:5.0f} GB/s)",
-              flush=True)
+        print(f"{row['problem']:>12s} {row['m']:5d}: read {row['read_us']:8.1f} us ({row['read_gbps']:5.0f} GB/s) in "
+              f"{row['launches']} launch{'es' if row['launches'] > 1 else ''}, "
+              f"{row['bytes'] / bw / 1e3 / row['read_us']:.1%} of the floor at {bw:.0f} GB/s", flush=True)
 
     df = measure(points, progress)
     run.finish_with(f"{FILE}: per judged memory-bound point, a plain Triton read of its bytes (labkit.readfloor."
-                    "read_call) timed like the sweeps", read_floor=df)
+                    "read_call) timed like the sweeps; MoE points also in two launches (mlp1's 2/3, then mlp2's "
+                    "1/3)", read_floor=df)
     print(f"./lab targets now shows each point's best time over its read time (x_read) from {run.path.name}")
     return 0
 

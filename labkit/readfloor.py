@@ -9,6 +9,11 @@ So `measure` times `read_call` (one Triton program per 16 KB tile, summing it) o
 the way the sweeps time kernels (bench.time_calls: CUDA-graph replays over copies rotated past 4x the L2), and
 `labkit.targets` shows each best time over the read time of its bytes (`x_read`): how far a kernel is from
 merely reading its weights once, launches included. `./lab readfloor` measures the judged points on this GPU.
+
+A MoE layer's point is also read in two launches, one after the other, of mlp1's 2/3 and mlp2's 1/3 of the bytes
+(rows with `launches` 2): what a layer takes that streams mlp2's weights only once mlp1 is done, as every layer
+whose mlp2 reads its weights after the launch boundary or a wait for mlp1 does. On the H100 one token read
+19.2 us in one launch and 21.0 in two (results/20261127T200057-h100-80gb-hbm3-read-ceiling).
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ TILE = 4096
 WARPS = 8
 #: the file a read-floor run holds, and the columns `measure` writes to it
 FILE = "read_floor.csv"
-COLUMNS = ["problem", "m", "bytes", "read_us", "read_p10", "read_p90", "read_gbps", "copies"]
+COLUMNS = ["problem", "m", "bytes", "launches", "read_us", "read_p10", "read_p90", "read_gbps", "copies"]
+#: the problems read in two launches as well, and each launch's share of the bytes (mlp1's W1 is [2 I, H], W2 [H, I])
+MOE_PROBLEMS = ("gpt-oss-120b", "gpt-oss-20b")
+MOE_SHARES = (2 / 3, 1 / 3)
 
 
 @triton.jit
@@ -58,9 +66,16 @@ def read_call(words, block: int = TILE, warps: int = WARPS) -> Callable[[], obje
     return call
 
 
-def read_us(nbytes: int, *, reps: int = 40) -> dict:
+def split_words(words: int, shares: tuple[float, ...]) -> list[int]:
+    """`words` cut into len(shares) consecutive parts in those proportions (the last takes the rounding)."""
+    parts = [int(words * s) for s in shares[:-1]]
+    return [*parts, words - sum(parts)]
+
+
+def read_us(nbytes: int, *, shares: tuple[float, ...] = (1.0,), reps: int = 40) -> dict:
     """Time of reading `nbytes` once with read_call, timed like a sweep point (GPU only): us_graph median, p10,
-    p90 per read over `copies` distinct buffers rotated so that a replay touches at least 4x the L2."""
+    p90 per read over `copies` distinct buffers rotated so that a replay touches at least 4x the L2. `shares`:
+    the read as that many launches one after the other, each over its share of the bytes."""
     import torch
 
     from .bench import time_calls
@@ -71,7 +86,12 @@ def read_us(nbytes: int, *, reps: int = 40) -> dict:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size or 0
     copies = max(2, math.ceil(4 * l2 / (4 * words)))
     bufs = [torch.randint(0, 1 << 20, (words,), device="cuda", dtype=torch.int32) for _ in range(copies)]
-    t = time_calls([read_call(b) for b in bufs], reps=reps)
+
+    def launches(buf):
+        calls = [read_call(part) for part in buf.split(split_words(words, shares))]
+        return calls[0] if len(calls) == 1 else lambda: [c() for c in calls]
+
+    t = time_calls([launches(b) for b in bufs], reps=reps)
     del bufs
     torch.cuda.empty_cache()
     return {"read_us": t["us_graph"], "read_p10": t["us_graph_p10"], "read_p90": t["us_graph_p90"],
@@ -89,25 +109,30 @@ def memory_bound(judged: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure(points: pd.DataFrame, progress: Callable[[dict], None] | None = None) -> pd.DataFrame:
-    """read_us of each point's bytes (columns problem, m, bytes): a DataFrame of COLUMNS."""
+    """read_us of each point's bytes (columns problem, m, bytes): a DataFrame of COLUMNS, a row per point in one
+    launch and, for a MoE layer's, one more in two (MOE_SHARES)."""
     rows = []
     for p in points.to_dict("records"):
-        rows.append({"problem": p["problem"], "m": int(p["m"]), "bytes": int(p["bytes"]), **read_us(int(p["bytes"]))})
-        if progress:
-            progress(rows[-1])
+        for shares in ((1.0,), MOE_SHARES) if p["problem"] in MOE_PROBLEMS else ((1.0,),):
+            rows.append({"problem": p["problem"], "m": int(p["m"]), "bytes": int(p["bytes"]), "launches": len(shares),
+                         **read_us(int(p["bytes"]), shares=shares)})
+            if progress:
+                progress(rows[-1])
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def newest(paths: Iterable[Path], gpus: Iterable[str]) -> tuple[str, pd.DataFrame] | None:
     """The newest run among `paths` holding FILE measured on one of `gpus`, as (run id, its rows), else None.
-    The device probe's table (.device/read_ceiling.py: several readers and launch counts) counts with its
-    one-launch rows of read_call's tile."""
+    Only one-launch rows count (and of the device probe's table, .device/read_ceiling.py, with several readers,
+    those of read_call's tile)."""
     gpus = set(gpus)
     for p in sorted((Path(p) for p in paths), key=lambda p: p.name, reverse=True):
         if not (p / FILE).is_file() or run_meta(p).get("gpu") not in gpus:
             continue
         df = pd.read_csv(p / FILE)
         if "launches" in df:
-            df = df[(df["launches"] == 1) & (df["reader"] == f"tile {TILE}x4B nw{WARPS}")]
+            df = df[df["launches"] == 1]
+        if "reader" in df:
+            df = df[df["reader"] == f"tile {TILE}x4B nw{WARPS}"]
         return p.name, df[["problem", "m", "bytes", "read_us", "read_gbps"]]
     return None

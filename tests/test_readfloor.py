@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
+from labkit import readfloor
 from labkit.cli import main
-from labkit.readfloor import FILE, memory_bound, read_call, read_us
+from labkit.readfloor import FILE, MOE_SHARES, measure, memory_bound, read_call, read_us, split_words
 from labkit.runs import create_run
 from labkit.targets import TARGETS, Target, judge, markdown
 from tests.test_targets import GPU, LM_HEAD, _lm_head, _run
@@ -40,10 +41,34 @@ def test_read_us_and_the_cli_need_a_gpu(capsys):
 
 @pytest.mark.gpu
 def test_read_us_on_the_gpu():
-    """64 MB read like a sweep point: a plausible rate (well above PCIe, below the datasheet's HBM)."""
-    t = read_us(64 << 20, reps=10)
-    assert t["copies"] >= 2 and t["read_p10"] <= t["read_us"] <= t["read_p90"]
-    assert 500 < t["read_gbps"] < 5000
+    """64 MB read like a sweep point: a plausible rate (well above PCIe, below the datasheet's HBM), in one
+    launch and in two."""
+    for shares in ((1.0,), MOE_SHARES):
+        t = read_us(64 << 20, shares=shares, reps=10)
+        assert t["copies"] >= 2 and t["read_p10"] <= t["read_us"] <= t["read_p90"]
+        assert 500 < t["read_gbps"] < 5000
+
+
+def test_split_words_cuts_consecutive_parts_that_add_up():
+    assert split_words(10, MOE_SHARES) == [6, 4] and split_words(7, (1.0,)) == [7]
+    assert sum(split_words(52957440 // 4, MOE_SHARES)) == 52957440 // 4
+
+
+def test_measure_reads_moe_points_in_one_launch_and_in_two(monkeypatch):
+    calls = []
+
+    def fake_read_us(nbytes, *, shares=(1.0,), reps=40):
+        calls.append((nbytes, shares))
+        return {"read_us": 10.0 * len(shares), "read_p10": 9.0, "read_p90": 11.0, "read_gbps": 1.0, "copies": 2}
+
+    monkeypatch.setattr(readfloor, "read_us", fake_read_us)
+    pts = pd.DataFrame({"problem": ["lm_head", "gpt-oss-20b"], "m": [1, 1], "bytes": [3e8, 5e7]})
+    seen = []
+    df = measure(pts, seen.append)
+    assert calls == [(300000000, (1.0,)), (50000000, (1.0,)), (50000000, MOE_SHARES)]
+    assert list(zip(df.problem, df.launches, df.read_us)) == [("lm_head", 1, 10.0), ("gpt-oss-20b", 1, 10.0),
+                                                              ("gpt-oss-20b", 2, 20.0)]
+    assert len(seen) == 3 and list(df.columns) == readfloor.COLUMNS
 
 
 def _judged(rows):
@@ -114,6 +139,11 @@ def test_targets_take_the_newest_read_run_of_their_gpu_and_the_probes_one_launch
     out = judge([a, old, probe, other_gpu], targets=[LM_HEAD])
     assert out.attrs["read_run"] == "r2"
     assert out.set_index("m").loc[1, "x_read"] == pytest.approx(110.0 / 96.0)
+    two = _read_run(tmp_path, "r4", [  # `./lab readfloor`'s own rows: launches, no reader; x_read takes the one
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 2, "read_us": 80.0, "read_gbps": 3750.0},
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 1, "read_us": 88.0, "read_gbps": 3e8 / 88e3}])
+    out = judge([a, probe, two], targets=[LM_HEAD])
+    assert out.attrs["read_run"] == "r4" and out.set_index("m").loc[1, "x_read"] == pytest.approx(110.0 / 88.0)
 
 
 def test_targets_without_a_read_run_have_no_x_read(tmp_path):
