@@ -17,9 +17,9 @@ Variants (VARIANTS, kind "moe"):
   moe_h2    moe_gemv's structure with gemv_h2's packed half2 FMAs: x goes to fp16 first (x_to_f16, one
             small launch) and mlp1 stores the SwiGLU output as scaled fp16 in the same permuted order, so
             mlp2 reads it directly. Exact for scale bytes 0..253.
-  moe_h2g   moe_h2 with gemv_h2g's K loop (plane-major fp16 activations, half2 sums per block). COMBINE=True
-            runs mlp2 per token over its k experts with the combine fused (one launch fewer; measured slower
-            on the H100 because each program then streams k weight tiles in a row).
+  moe_h2g   moe_h2 with gemv_h2g's K loop (plane-major fp16 activations, half2 sums per block). (Its mlp2 per
+            token over the token's k experts with the combine fused, COMBINE, was about twice as slow on the
+            H100, each program streaming k weight tiles in a row, and was removed in stop 76.)
   moe_tc    grouped GEMM on tensor cores: grid (token tile, N tile) over the concatenated per-expert tiles
             of BLOCK_M tokens (an expert with c tokens owns ceil(c / BLOCK_M) tiles); W decoded to bf16 in
             registers as the MMA's M side. Exact for scale bytes 14..240.
@@ -334,44 +334,6 @@ def h2g_tile(e, start, rm, mmask, pid_n, xq_ptr, xs_ptr, sorted_ptr, offs_ptr, w
 
 
 @triton.jit
-def _moe_h2g_combine_kernel(aq_ptr, ids_ptr, inv_ptr, w_ptr, s_ptr, b_ptr, gate_ptr, out_ptr, N, K, TOPK,
-                            act_scale, PLANE, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NIB: tl.constexpr = False):
-    """mlp2 of moe_h2g with the combine fused (COMBINE=True): program (token t, N tile) runs t's k expert
-    rows one after the other and stores the gate-weighted sum, so no [T*k, H] buffer and no combine launch.
-    Each expert's weight tile is read once per token that chose it (decode: tokens rarely share experts)."""
-    t = tl.program_id(0)
-    G: tl.constexpr = BLOCK_K // 32
-    TW: tl.constexpr = BLOCK_K // 8
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rn_c = tl.minimum(rn, N - 1)
-    KW = K // 8
-    KB = K // 32
-    word = tl.arange(0, TW)[None, :] + 0 * rn_c[:, None]
-    rg = tl.arange(0, G)
-    full = KB // G
-    out = tl.zeros((BLOCK_N,), tl.float32)
-    for j in range(0, TOPK):
-        e = tl.load(ids_ptr + t * TOPK + j).to(tl.int64)
-        xp = aq_ptr + tl.load(inv_ptr + t * TOPK + j).to(tl.int64) * (4 * PLANE) + word
-        wp = w_ptr + e * N * KW + tl.multiple_of(rn_c * KW, 4)[:, None] + word
-        sp = s_ptr + e * N * KB + rn_c[:, None] * KB + rg[None, :]
-        acc = tl.zeros((BLOCK_N, G, 1), tl.float32)
-        for _ in range(0, full):
-            acc = h2g_step(acc, tl.load(wp).to(tl.uint32, bitcast=True), tl.load(sp), xp, word, 0, PLANE, G, False,
-                           NIB)
-            wp += TW
-            sp += G
-            xp += TW
-        if full * G < KB:
-            wm, v, s = h2g_tail_loads(wp, sp, word, rg, full, K, TW, G)
-            acc = h2g_step(acc, v, s, xp, wm, 0, PLANE, G, True, NIB)
-        y = tl.sum(tl.sum(acc, axis=2), axis=1) * (F16_TRICK * 0.5 / act_scale)  # 0.5: h2g_step doubles scales
-        y += tl.load(b_ptr + e * N + rn_c).to(tl.float32)
-        out += tl.load(gate_ptr + t * TOPK + j) * y
-    tl.store(out_ptr + t.to(tl.int64) * N + rn, out.to(tl.bfloat16), mask=rn < N)
-
-
-@triton.jit
 def h2g_tokens(acc, v, s, xq_ptr, k0, xw, xm, sorted_ptr, start, last, TOPK, PLANE, PHASE: tl.constexpr,
                BLOCK_M: tl.constexpr, G: tl.constexpr, MASK: tl.constexpr, NIB: tl.constexpr = False):
     """h2g_step of one K tile (words v, scales s) for the BLOCK_M sorted positions start.. of a chunk (clamped
@@ -682,14 +644,6 @@ def _run(kind, x, r, p1, b1, p2, b2, alpha, limit, cfg, x16=None, combine=True):
         act = torch.empty((S, 8 * plane_words(I2 // 2)), device=x.device, dtype=torch.float16)
         chain = scratch(x.device, ("moe_h2g_chain",), 2 * S) if cfg.get("CHAIN") else None
         need = _launch_h2g(1, xq, xs, r, p1, b1, act, alpha, limit, scale, cfg, inner=x16 is None, chain=chain)
-        if cfg.get("COMBINE", False):
-            _, N2, K2 = p2.shape
-            p2 = _nibbles(p2, cfg)
-            _moe_h2g_combine_kernel[(T, triton.cdiv(N2, cfg["BLOCK_N"]))](
-                act.view(torch.int32), r.ids, r.inverse, p2.words, p2.scales, b2, r.weights, out, N2, K2, r.top_k,
-                scale, plane_words(K2), BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], NIB=p2.shuffled,
-                num_warps=cfg["num_warps"], num_stages=1)
-            return out
         cfg2 = {**cfg, "BLOCK_N": cfg.get("BLOCK_N2") or cfg["BLOCK_N"],  # mlp2's own tile and warps, when set
                 "num_warps": cfg.get("WARPS2") or cfg["num_warps"]}
         _launch_h2g(2, act, xs, r, p2, b2, y, alpha, limit, scale, cfg2, chain=chain, need=need)
@@ -746,18 +700,8 @@ register(Variant(
     rules=(_pow2, rule_block_k_multiple_of_32, rule_gemv_registers, rule_scale_window(0, 253)),
     description="decode with packed half2 FMAs (as gemv_h2): fp16 activations, act stored as scaled fp16",
 ))
-def _rule_h2g_combine(cfg, problem):
-    """The fused-combine mlp2 kernel reads row-major weights only, one K tile at a time; WARPS2 and MAXNREG2
-    shape the separate mlp2 launch it replaces (WARPS2 equal to num_warps would repeat a config)."""
-    if cfg.get("TILED") and cfg.get("COMBINE"):
-        return "COMBINE=True's kernel reads row-major weights: use COMBINE=False with TILED"
-    if cfg.get("PREFETCH") and cfg.get("COMBINE"):
-        return "COMBINE=True's kernel has no register double buffer: use COMBINE=False with PREFETCH"
-    if cfg.get("EARLY") == 2 and cfg.get("COMBINE"):
-        return "EARLY=2 moves mlp2's PDL wait, which COMBINE=True's kernel does not have: use EARLY=True"
-    for opt in ("WARPS2", "MAXNREG2"):
-        if cfg.get(opt) and cfg.get("COMBINE"):
-            return f"{opt} builds the separate mlp2 launch, which COMBINE=True fuses away: use COMBINE=False"
+def _rule_h2g_warps2(cfg, problem):
+    """WARPS2 equal to num_warps would repeat a config."""
     if cfg.get("WARPS2") is not None and cfg["WARPS2"] == cfg["num_warps"]:
         return f"WARPS2={cfg['WARPS2']} equals num_warps (None repeats this config)"
     return None
@@ -767,8 +711,6 @@ def _rule_h2g_chain(cfg, problem):
     """CHAIN orders mlp1 and a separate mlp2 launch, with the sorted positions on grid axis 1 (at most 65535)."""
     if not cfg.get("CHAIN"):
         return None
-    if cfg.get("COMBINE"):
-        return "CHAIN orders the two launches of COMBINE=False (mlp1 then mlp2): use COMBINE=False with CHAIN"
     if problem.get("m", 0) * problem.get("top_k", 1) > 65535:
         return "CHAIN's grid puts the T*k sorted positions on grid axis 1 (at most 65535)"
     if cfg.get("EARLY") == 2:
@@ -779,18 +721,17 @@ def _rule_h2g_chain(cfg, problem):
 register(Variant(
     name="moe_h2g", kind="moe", op="moe", fn=_run_moe_h2g,
     space={"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (4, 8, 16, 32, 64), "BLOCK_K": (128, 256, 512, 1024, 2048),
-           "num_warps": (1, 2, 4), "COMBINE": (False, True), "num_stages": (1, 2, 3, 4),
+           "num_warps": (1, 2, 4), "num_stages": (1, 2, 3, 4),
            "BLOCK_N2": (None, 4, 8, 16, 32),
            "TILED": (False, True), "PREFETCH": (False, True), "NIB": (False, True), "CHAIN": (False, True),
            "MAXNREG": (None, 48, 56, 64, 72), "EARLY": (False, True, 2), "WARPS2": (None, 1, 2, 4),
            "MAXNREG2": (None, 64, 72)},
-    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "COMBINE": False, "num_stages": 1,
+    defaults={"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 1,
               "BLOCK_N2": None, "TILED": False, "PREFETCH": False, "NIB": False, "CHAIN": False, "MAXNREG": None,
               "EARLY": False, "WARPS2": None, "MAXNREG2": None},
     rules=(_pow2, rule_block_k_multiple_of_32, rule_h2g_words, rule_h2g_pipeline, rule_scale_window(0, 253),
-           rule_tiled_k, _rule_h2g_combine, _rule_h2g_chain),
+           rule_tiled_k, _rule_h2g_warps2, _rule_h2g_chain),
     description="moe_h2 with gemv_h2g's K loop: plane-major fp16 activations in the weights' register layout; "
-                "COMBINE: mlp2 per token over its k experts with the combine fused (one launch fewer); "
                 "num_stages > 1: the K loop pipelined through a cp.async ring in shared memory; BLOCK_N2: mlp2's "
                 "row tile when it differs from mlp1's (None: BLOCK_N); PREFETCH: the next K tile's weights in "
                 "flight while one is used (register double buffer, as gemv_h2g); NIB: reads shuffle_nibbles' copy "

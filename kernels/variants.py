@@ -253,11 +253,7 @@ rule_shared_memory = shared_memory_rule(2)
 
 def rule_h2g_pipeline(cfg, problem):
     """num_stages > 1 makes the h2g kernels' K loop a compiler-pipelined cp.async ring; the register double
-    buffer (PREFETCH) and the fused-combine mlp2 kernel (COMBINE) have no such loop."""
-    if cfg.get("num_stages", 1) > 1:
-        for p in ("PREFETCH", "COMBINE"):
-            if cfg.get(p):
-                return f"{p}=True has no pipelined K loop: use num_stages=1 with it"
-    if cfg.get("COMBINE") and cfg.get("BLOCK_N2"):
-        return "COMBINE=True runs mlp2 as the fused-combine kernel on BLOCK_N rows: leave BLOCK_N2 unset"
+    buffer (PREFETCH) has no such loop."""
+    if cfg.get("num_stages", 1) > 1 and cfg.get("PREFETCH"):
+        return "PREFETCH=True has no pipelined K loop: use num_stages=1 with it"
     return rule_shared_memory(cfg, problem)

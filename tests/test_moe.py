@@ -59,7 +59,7 @@ def test_variant_matches_reference(name, routing, tokens, layer, device):
         space = {k: tuple(x for x in v if k not in ("BLOCK_N", "BLOCK_N2") or x is None or x >= 8)
                  for k, v in space.items()}
     cfgs = MOE[name].configs(moe_problem(tokens, r, K.prepare_mxfp4(dw[0]), K.prepare_mxfp4(dw[2])), space)
-    extra = [{**MOE[name].defaults, "COMBINE": True}] if "COMBINE" in MOE[name].space else []  # fused combine
+    extra = []
     if routing == "hot(0.6,1)":  # a pipelined K loop, where one exists (same arithmetic: one routing is enough)
         # of each kind the widest row tile: the fewest programs for the interpreter to run one after the other
         widest = partial(sorted, key=lambda c: -(c.get("BLOCK_N") or 0))
@@ -521,13 +521,11 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
     assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", TILED=True, **cfg), y)
     t1, t2 = K.tile_mxfp4(w1, deinterleave=True), K.tile_mxfp4(w2)
     assert torch.equal(K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, **cfg), y)
-    with pytest.raises(ValueError, match="COMBINE=True's kernel reads row-major weights"):
-        K.moe_mxfp4(x, r, t1, b1, t2, b2, variant="moe_h2g", TILED=True, COMBINE=True)
 
 
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "BLOCK_N2": 8},
-    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2, "COMBINE": True},
+    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
 ])
 def test_moe_h2g_shuffled_nibbles(cfg, device):
     """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
@@ -535,8 +533,7 @@ def test_moe_h2g_shuffled_nibbles(cfg, device):
     (w1, b1, w2, b2), x, r, ref = odd_layer(5, gpu_or_cpu(9, 2, device), 2, device)
     y = K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, **cfg)
     assert rel_err(y, ref) < TOL
-    if not cfg.get("COMBINE"):
-        assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, TILED=True, **cfg), y)
+    assert torch.equal(K.moe_mxfp4(x, r, w1, b1, w2, b2, variant="moe_h2g", NIB=True, TILED=True, **cfg), y)
     s1, s2 = K.shuffle_nibbles(w1), K.shuffle_nibbles(w2)
     assert torch.equal(K.moe_mxfp4(x, r, s1, b1, s2, b2, variant="moe_h2g", NIB=True, **cfg), y)
     with pytest.raises(ValueError, match="shuffle_nibbles' layout"):
@@ -569,7 +566,7 @@ def test_moe_h2g_chain_is_bit_identical_and_resets_its_counters(tokens, device):
     """moe_h2g's CHAIN: the grid turned to (N tiles, positions) and mlp2 ordered after its own position's mlp1
     programs by device counters (on the GPU under PDL, while mlp1's last programs still run): the same bits as
     without, call after call on changing routings (BLOCK_M > 1: positions that start no chunk neither signal
-    nor wait), every counter back at zero after each call; refused with COMBINE and past grid axis 1."""
+    nor wait), every counter back at zero after each call; refused past grid axis 1."""
     from kernels.sync import SCRATCH
 
     if device.type == "cpu" and tokens == 21:
@@ -588,7 +585,6 @@ def test_moe_h2g_chain_is_bit_identical_and_resets_its_counters(tokens, device):
         assert rel_err(y, ref) < TOL
     v = K.VARIANTS["moe_h2g"]
     problem = {"op": "moe", "m": 4, "tokens": 4, "experts": 8, "top_k": 2, "n": 192, "k": 64}
-    assert "COMBINE" in v.reason({**v.defaults, "CHAIN": True, "COMBINE": True}, problem)
     assert "65535" in v.reason({**v.defaults, "CHAIN": True}, {**problem, "m": 40000, "tokens": 40000})
     assert v.reason({**v.defaults, "CHAIN": True}, problem) is None
 
@@ -631,7 +627,7 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
     """EARLY lets mlp1 read the routing before its PDL wait, which is safe only when the launch before it is
     the layer's own x_to_f16 (route's launch then came two back); with x16 given (router_logits' launch, which
     route follows directly) mlp1 must wait first, so the launcher drops EARLY there. mlp2 gets it with EARLY=2
-    only (its launch always follows this call's mlp1), which CHAIN and COMBINE refuse."""
+    only (its launch always follows this call's mlp1), which CHAIN refuses."""
     import kernels.moe as M
     from kernels.linear_f16 import x_to_f16
 
@@ -656,14 +652,13 @@ def test_moe_h2g_early_reaches_mlp1_only_when_the_layer_converts_x(monkeypatch, 
     assert seen == [(1, True), (2, True), (1, False), (2, True)]
     v, problem = K.VARIANTS["moe_h2g"], {"op": "moe", "m": 4, "tokens": 4, "experts": 8, "top_k": 2, "n": 192, "k": 64}
     assert "CHAIN" in v.reason({**v.defaults, "EARLY": 2, "CHAIN": True}, problem)
-    assert "COMBINE" in v.reason({**v.defaults, "EARLY": 2, "COMBINE": True}, problem)
     assert v.reason({**v.defaults, "EARLY": True, "CHAIN": True}, problem) is None
 
 
 def test_moe_h2g_own_mlp2_warps(device):
     """WARPS2 and MAXNREG2 build mlp2 with its own num_warps and register cap (with BLOCK_N2 or BLOCK_N, the
     one-token lm_head leader's program shape: 4 rows, one warp): agrees with reference_moe, with CHAIN and
-    EARLY=2 too; the rules hold mlp2's build to the h2g word bounds and refuse a repeat or COMBINE."""
+    EARLY=2 too; the rules hold mlp2's build to the h2g word bounds and refuse a repeat."""
     dw, x, r, ref = odd_layer(13, 1, 2, device)  # one token, two positions: the interpreter runs every program
     cfg = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "NIB": True, "PREFETCH": True, "num_warps": 2}
     gpu_only = [{"WARPS2": 4, "CHAIN": True}] if device.type == "cuda" else []  # the interpreter has no warps
@@ -678,7 +673,6 @@ def test_moe_h2g_own_mlp2_warps(device):
     assert "spill" in v.reason({**full, "BLOCK_N2": 8, "WARPS2": 1}, problem)  # 32 words per thread
     assert "fewer weight words" in v.reason({**full, "BLOCK_K": 128, "BLOCK_N2": 4, "WARPS2": 4}, problem)
     assert "equals num_warps" in v.reason({**full, "WARPS2": 4}, problem)
-    assert "COMBINE" in v.reason({**v.defaults, "COMBINE": True, "WARPS2": 2}, problem)
 
 
 @pytest.mark.gpu
