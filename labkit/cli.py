@@ -224,7 +224,7 @@ def cmd_targets(args) -> int:
         show = judged.assign(value=judged["value"].map(pct), median=judged["median"].map(pct),
                              x_read=judged["x_read"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
                              x_goal=judged["x_goal"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
-                             held=judged["held"].map(pct),
+                             held=judged["held"].map(pct), bare2=judged["bare2"].map(pct),
                              goal=judged["goal"].map("{:.0%}".format),
                              met=judged["met"].map({True: "yes", False: "NO", None: "not measured"}),
                              auto=judged["opt_in"].map({True: "opt-in"}).fillna(""))
@@ -237,6 +237,10 @@ def cmd_targets(args) -> int:
         if read:
             print(f"x_read: the best time over a plain read of its bytes (labkit.readfloor, {read}); x_goal: the "
                   "x_read the goal asks")
+        if judged["bare2"].notna().any():
+            print(f"bare2: a plain read of a MoE layer's bytes in two launches (mlp1's, then mlp2's) as a fraction "
+                  f"of the floor, what a layer reading mlp2's weights after mlp1 reaches by reading alone "
+                  f"({judged.attrs['read2_run']})")
         held = {c.get("bf16_tflops_sustained") for c in judged.attrs["ceilings"].values()} - {None}
         if judged["held"].notna().any():
             print(f"held: a compute-bound point's fraction of the floor at the bf16 rate {max(held):.0f} TFLOP/s "
@@ -246,6 +250,8 @@ def cmd_targets(args) -> int:
             cols = ["problem", "m", "goal", "variant", "us", "value", "median", "n", "met", "auto", "run_id"]
             if read and g["x_read"].notna().any():
                 cols[6:6] = ["x_read", "x_goal"]
+            if judged.loc[g.index, "bare2"].notna().any():
+                cols[cols.index("value") + 1:cols.index("value") + 1] = ["bare2"]
             if judged.loc[g.index, "held"].notna().any():
                 cols[cols.index("value") + 1:cols.index("value") + 1] = ["held"]
             g = g.rename(columns={"repeats": "n"})[cols]

@@ -121,18 +121,18 @@ def measure(points: pd.DataFrame, progress: Callable[[dict], None] | None = None
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def newest(paths: Iterable[Path], gpus: Iterable[str]) -> tuple[str, pd.DataFrame] | None:
-    """The newest run among `paths` holding FILE measured on one of `gpus`, as (run id, its rows), else None.
-    Only one-launch rows count (and of the device probe's table, .device/read_ceiling.py, with several readers,
-    those of read_call's tile)."""
+def newest(paths: Iterable[Path], gpus: Iterable[str], launches: int = 1) -> tuple[str, pd.DataFrame] | None:
+    """The newest run among `paths` holding FILE rows in `launches` launches measured on one of `gpus`, as (run
+    id, those rows), else None (a table without a launches column holds one-launch rows; of the device probe's,
+    .device/read_ceiling.py, with several readers, read_call's tile counts)."""
     gpus = set(gpus)
     for p in sorted((Path(p) for p in paths), key=lambda p: p.name, reverse=True):
         if not (p / FILE).is_file() or run_meta(p).get("gpu") not in gpus:
             continue
         df = pd.read_csv(p / FILE)
-        if "launches" in df:
-            df = df[df["launches"] == 1]
+        df = df[df["launches"] == launches] if "launches" in df else df if launches == 1 else df.iloc[:0]
         if "reader" in df:
             df = df[df["reader"] == f"tile {TILE}x4B nw{WARPS}"]
-        return p.name, df[["problem", "m", "bytes", "read_us", "read_gbps"]]
+        if len(df):
+            return p.name, df[["problem", "m", "bytes", "read_us", "read_gbps"]]
     return None

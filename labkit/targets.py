@@ -29,6 +29,8 @@ a user reaches that time by naming the config, not through auto.
 Each point also shows `x_read`, its best time over a plain read of its bytes (labkit.readfloor) at the rate the
 newest read-floor run on that GPU measured there: how far the kernel is from merely reading its weights once,
 launches included (the floor's ceiling, torch.sum over 1 GiB, counts neither the launch nor a faster reader).
+A MoE point also shows `bare2`: that read in the layer's two launches (mlp1's bytes, then mlp2's) as a fraction of
+the floor, the value a layer that streams mlp2's weights only after mlp1 could reach by reading alone.
 
 Runs made with LAB_PDL=1 (meta.json "lab_pdl") are left out: there each copy of the op in a CUDA-graph replay
 starts while the one before drains, an overlap of back-to-back layers that one call of the op never gets.
@@ -235,16 +237,23 @@ def _with_read(out: pd.DataFrame, paths: list[Path], ceil: dict) -> pd.DataFrame
     a target against cuBLAS, whose goal is no time of the floor's). Why x_goal: it
     states a floor target in what a kernel can be compared with on any GPU, a plain read of the same bytes (the
     one-token lm_head asks 1.124 on an H200 and 1.108 on an H100, nearly the same though the H200 reads 1.4x
-    faster)."""
-    found = newest(paths, ceil)
-    out.attrs["read_run"] = found[0] if found else None
-    if not found:
-        return out.assign(x_read=float("nan"), x_goal=float("nan"))
-    rate = found[1].drop_duplicates(["problem", "m"]).set_index(["problem", "m"])["read_gbps"]
-    gbps = [rate.get((p, m), float("nan")) for p, m in zip(out["problem"], out["m"])]
-    x_read = out["us"].astype(float) * pd.Series(gbps, index=out.index) * 1e3 / out["bytes"].astype(float)
+    faster). bare2: for a MoE layer, a plain read of its bytes in two launches (mlp1's 2/3, then mlp2's 1/3) as a
+    fraction of the floor: the value of a layer that only read its weights, mlp2's after mlp1's (NaN where the
+    newest run with such rows did not measure the point; its id in attrs["read2_run"])."""
+
+    def over_read(launches: int) -> tuple[str | None, pd.Series]:
+        found = newest(paths, ceil, launches)
+        if not found:
+            return None, pd.Series(float("nan"), index=out.index)
+        rate = found[1].drop_duplicates(["problem", "m"]).set_index(["problem", "m"])["read_gbps"]
+        gbps = pd.Series([rate.get((p, m), float("nan")) for p, m in zip(out["problem"], out["m"])], index=out.index)
+        return found[0], out["us"].astype(float) * gbps * 1e3 / out["bytes"].astype(float)
+
+    out.attrs["read_run"], x_read = over_read(1)
     x_goal = (x_read * out["value"].astype(float) / out["goal"].astype(float)).where(out["metric"] == "frac_of_floor")
-    return out.assign(x_read=x_read, x_goal=x_goal)
+    out.attrs["read2_run"], x_read2 = over_read(2)
+    bare2 = (x_read2 * out["value"].astype(float)).where(out["metric"] == "frac_of_floor")
+    return out.assign(x_read=x_read, x_goal=x_goal, bare2=bare2)
 
 
 def _with_held(out: pd.DataFrame, ceil: dict) -> pd.DataFrame:

@@ -150,3 +150,23 @@ def test_targets_without_a_read_run_have_no_x_read(tmp_path):
     a = _run(tmp_path, "a", [_lm_head(1, 110.0)], read_gbps=3000.0)
     out = judge([a], targets=TARGETS[:1])
     assert out.attrs["read_run"] is None and out["x_read"].isna().all() and out["x_goal"].isna().all()
+    assert out.attrs["read2_run"] is None and out["bare2"].isna().all()
+
+
+def test_bare2_is_the_two_launch_read_as_a_fraction_of_the_floor(tmp_path, capsys):
+    """bare2 = floor / (the point's bytes read in two launches): 100 us of floor (3e8 bytes at 3 TB/s) over a
+    120 us two-launch read is 83.3%, whatever the kernel's own time; x_read stays on the one-launch row, and the
+    newest run holding two-launch rows counts even when a newer one holds only one-launch rows."""
+    a = _run(tmp_path, "a", [_lm_head(1, 110.0)], read_gbps=3000.0)
+    both = _read_run(tmp_path, "r1", [
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 1, "read_us": 96.0, "read_gbps": 3e8 / 96e3},
+        {"problem": "lm_head", "m": 1, "bytes": 3e8, "launches": 2, "read_us": 120.0, "read_gbps": 3e8 / 120e3}])
+    one = _read_run(tmp_path, "r2", [{"problem": "lm_head", "m": 1, "bytes": 3e8, "read_us": 98.0,
+                                      "read_gbps": 3e8 / 98e3}])
+    out = judge([a, both, one], targets=[LM_HEAD])
+    row = out.set_index("m").loc[1]
+    assert out.attrs["read_run"] == "r2" and out.attrs["read2_run"] == "r1"
+    assert row["x_read"] == pytest.approx(110.0 / 98.0) and row["bare2"] == pytest.approx(100.0 / 120.0)
+    assert main(["targets", "--runs", str(a), str(both), str(one)]) == 1
+    text = capsys.readouterr().out
+    assert "bare2: a plain read" in text and "83.3%" in text
