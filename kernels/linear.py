@@ -39,6 +39,7 @@ from .linear_fp8 import run_w4a8_fp8
 from .linear_mma import run_gemv_mma, wgmma_reason
 from .prepare import PreparedMXFP4, prepare_mxfp4, tile_mxfp4
 from .variants import (
+    SHARED_MEMORY_BYTES,
     Variant,
     get_variant,
     register,
@@ -338,6 +339,18 @@ def _rule_tc_tile(cfg, problem):
     return None
 
 
+def _rule_tc16_shared(cfg, problem):
+    """gemv_tc16's shared memory, as Triton 3.6 builds it for sm_90 (`./lab sass gemv_tc16`): num_stages copies
+    of the x tile (fp16) and of the weight words, and 1.5 bytes per decoded weight of the tile besides: 240 KB at
+    BLOCK_M=128, BLOCK_N=64, BLOCK_K=256, 3 stages and at 64, 128, 256, 4 (both out of resources on the GPU,
+    which rule_shared_memory's estimate let through), 184 KB at 128, 128, 128, 4 and 208 KB at 128, 128, 256, 2."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    need = cfg.get("num_stages", 1) * (bm * bk * 2 + bn * bk // 2) + 3 * bn * bk // 2
+    if need > SHARED_MEMORY_BYTES:
+        return f"needs ~{need // 1024} KB of shared memory (more than 227 KB)"
+    return None
+
+
 def _rule_splitk_tiles(cfg, problem):
     k, bk, sk = problem.get("k"), cfg["BLOCK_K"], cfg.get("SPLIT_K", 1)
     if k is not None and sk > 1 and -(-k // bk) < sk:
@@ -414,7 +427,7 @@ register(Variant(
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (64, 128, 256), "GROUP_M": (1, 8),
            "num_warps": (4, 8), "num_stages": (2, 3, 4)},
     defaults={"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 3},
-    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, rule_shared_memory,
+    rules=(_rule_pow2, rule_block_k_multiple_of_32, rule_dot_k, _rule_tc_tile, rule_mma_registers, _rule_tc16_shared,
            rule_scale_span),
     description="tensor cores on fp16 weights (half2 block-scale multiply) and fp16-rescaled activations",
 ))
