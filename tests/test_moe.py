@@ -525,7 +525,7 @@ def test_moe_h2g_tiled_weights_give_the_same_result(cfg, device):
 
 @pytest.mark.parametrize("cfg", [
     {"BLOCK_M": 2, "BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "BLOCK_N2": 8},
-    {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2},
+    {"BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 2},
 ])
 def test_moe_h2g_shuffled_nibbles(cfg, device):
     """NIB reads shuffle_nibbles' copies of w1 and w2 (rows, or tiled then shuffled: bit-identical), K tails and
