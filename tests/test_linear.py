@@ -317,7 +317,7 @@ def test_shared_memory_rule_rules_out_configs_that_cannot_launch():
     assert "shared memory" in K.VARIANTS["gemv_tc16"].reason(big, problem)
     assert K.VARIANTS["gemv_tc16"].reason({**big, "num_stages": 2}, problem) is None
     # Triton 3.6 builds for sm_90 (./lab sass gemv_tc16): 240 KB for these two (the first out of resources on an
-    # H200 in results/20261130T023406-h200-quickstart-partial), 184 KB for the third, within the 227 KB
+    # H200 in results/20261130T023406-h200-quickstart), 184 KB for the third, within the 227 KB
     v = K.VARIANTS["gemv_tc16"]
     for bm, bn, bk, st in ((128, 64, 256, 3), (64, 128, 256, 4)):
         cfg = {**big, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": st}
