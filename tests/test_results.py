@@ -306,3 +306,26 @@ def test_short_config_names_only_what_differs_from_the_variants_defaults():
     assert short_config({"BLOCK_N": 64, "num_stages": 3}) == "N=64 stages=3"
     assert short_config({"BLOCK_N": 64}, "cublas_bf16") == "N=64"
     assert short_config({}, "gemv") == "-" and short_config(None) == "-"
+
+
+def test_the_committed_tree_fits_the_device_tools_carry():
+    """The device tool carries the working tree and its carry (.whl/slim, ~5 MB) in 64 MiB together (DESIGN.md:
+    results included), so the files git tracks must stay under 56 MiB, and no run folder past 4 MiB ("a few MB").
+    When this fails, slim the largest run folders (raw traces, executed notebooks) rather than raise the limit."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    sizes = {f: (root / f).stat().st_size for f in out.decode().split("\0") if f and (root / f).is_file()}
+    total = sum(sizes.values())
+    assert total < 56 * 2**20, f"tracked files take {total / 2**20:.1f} MiB"
+    runs: dict[str, int] = {}
+    for f, n in sizes.items():
+        if f.startswith("results/") and f.count("/") >= 2:
+            runs[f.split("/")[1]] = runs.get(f.split("/")[1], 0) + n
+    big = {r: round(n / 2**20, 1) for r, n in runs.items() if n > 4 * 2**20}
+    assert not big, f"run folders past 4 MiB: {big}"
