@@ -851,12 +851,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    command = " ".join(filter(None, [args.command, getattr(args, "model_command", None)]))
     try:
         return args.func(args) or 0
     except (ValueError, FileNotFoundError, KeyError, ImportError) as e:
-        command = " ".join(filter(None, [args.command, getattr(args, "model_command", None)]))
         print(f"labkit {command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a long sweep stopped by ^C: its points are stored, and it said how to go on
+        print(f"labkit {command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .notebooks import BatchResult, load_grid, run_batch
@@ -42,13 +43,18 @@ def quickstart(out: str | Path | None = None, *, progress: bool = True) -> Batch
     run = create_run("quickstart", out=out, parameters={"notebooks": list(STEPS), "on_gpu": on_gpu})
     print(f"run folder: {run.path}  ({'GPU: full-size sweeps' if on_gpu else 'no GPU: interpreter-size sweeps'})")
     result = BatchResult(run.path)
-    run_batch("02_gemv_sweep", load_grid("gemv_sweep"), out=run.path, progress=progress, result=result)
-    run_batch("03_moe_sweep", load_grid("moe_sweep"), out=run.path, progress=progress, result=result)
-    grid, note = compare_grid(run.path)
-    print(note)
-    run_batch("05_compare", grid, out=run.path, progress=progress, result=result)
-    roofline = [{"gpu": "auto", "ceilings_from": str(run.path), "points_from": str(run.path)}] if on_gpu else [{}]
-    run_batch("01_roofline", roofline, out=run.path, progress=progress, result=result)
+    try:
+        run_batch("02_gemv_sweep", load_grid("gemv_sweep"), out=run.path, progress=progress, result=result)
+        run_batch("03_moe_sweep", load_grid("moe_sweep"), out=run.path, progress=progress, result=result)
+        grid, note = compare_grid(run.path)
+        print(note)
+        run_batch("05_compare", grid, out=run.path, progress=progress, result=result)
+        roofline = [{"gpu": "auto", "ceilings_from": str(run.path), "points_from": str(run.path)}] if on_gpu else [{}]
+        run_batch("01_roofline", roofline, out=run.path, progress=progress, result=result)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the points measured so far are stored in {run.path}; "
+              f"`./lab quickstart --out {run.path}` goes on from there", file=sys.stderr)
+        raise
     run.finish()
     print("\nHTML charts (open in a browser):")
     for html in result.html():

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import sys
 from pathlib import Path
 
 import yaml
@@ -297,6 +298,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     from .results import PointStore, point_key
     from .runs import create_run, open_run
 
+    given = str(spec) if isinstance(spec, (str, Path)) else None
     spec = load_spec(spec)
     if spec["op"] not in ("linear", "moe"):
         raise ValueError(f"spec op {spec['op']!r} is not supported (known: linear, moe)")
@@ -340,44 +342,53 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         if failed:
             print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
     bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
-    groups: dict = {}
-    for c in todo:
-        groups.setdefault((c.shape, c.n, c.k) if spec["op"] == "linear" else c.model, []).append(c)
-    seed = len(done)
-    for key, group in groups.items():
-        if spec["op"] == "linear":
-            b = bench.LinearBench(key[1], key[2], max_m=max(c.m for c in group))
-            measure = bench.measure_linear
-        else:
+    try:
+        groups: dict = {}
+        for c in todo:
+            groups.setdefault((c.shape, c.n, c.k) if spec["op"] == "linear" else c.model, []).append(c)
+        seed = len(done)
+        for key, group in groups.items():
+            if spec["op"] == "linear":
+                b = bench.LinearBench(key[1], key[2], max_m=max(c.m for c in group))
+                measure = bench.measure_linear
+            else:
+                from . import bench_moe
+
+                b = bench_moe.MoEBench(key, baseline=any(c.variant == "torch_bf16" for c in group))
+                measure = bench_moe.measure_moe
+            for c in group:
+                bar.set_postfix_str(f"{key[0] if isinstance(key, tuple) else key} m={c.key()['m']} {c.variant}",
+                                    refresh=False)
+                seed += 1
+                store.append(measure(c, b, ceilings=ceilings, seed=seed))
+                bar.update()
+            b.release()
+            if on_gpu:
+                torch.cuda.empty_cache()
+        if spec["op"] == "moe" and spec.get("route"):
+            from kernels.routing import route_forms, route_path
+
             from . import bench_moe
 
-            b = bench_moe.MoEBench(key, baseline=any(c.variant == "torch_bf16" for c in group))
-            measure = bench_moe.measure_moe
-        for c in group:
-            bar.set_postfix_str(f"{key[0] if isinstance(key, tuple) else key} m={c.key()['m']} {c.variant}",
-                                refresh=False)
-            seed += 1
-            store.append(measure(c, b, ceilings=ceilings, seed=seed))
-            bar.update()
-        b.release()
-        if on_gpu:
-            torch.cuda.empty_cache()
-    if spec["op"] == "moe" and spec.get("route"):
-        from kernels.routing import route_forms, route_path
-
-        from . import bench_moe
-
-        models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
-        tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
-        for model in models:
-            E, k, H, _ = bench_moe.MODELS[model]
-            for t in tokens:  # route: true, the form route() picks; route: all, every form that applies
-                forms = route_forms(t, E, k) if spec["route"] == "all" else [route_path(t, E, k)]
-                for form in forms:
-                    key = {"op": "route", "variant": form, "config": {}, "m": t, "n": E, "k": H,
-                           "experts": E, "top_k": k, "routing": "from_logits"}
-                    if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
-                        store.append(bench_moe.measure_route(model, t, form=form))
+            models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
+            tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
+            for model in models:
+                E, k, H, _ = bench_moe.MODELS[model]
+                for t in tokens:  # route: true, the form route() picks; route: all, every form that applies
+                    forms = route_forms(t, E, k) if spec["route"] == "all" else [route_path(t, E, k)]
+                    for form in forms:
+                        key = {"op": "route", "variant": form, "config": {}, "m": t, "n": E, "k": H,
+                               "experts": E, "top_k": k, "routing": "from_logits"}
+                        if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
+                            store.append(bench_moe.measure_route(model, t, form=form))
+    except KeyboardInterrupt:
+        bar.close()
+        again = f"./lab sweep {given or name} --resume {run.path}"
+        stored = store.done_keys()
+        n = sum(point_key(c.key()) in stored for c in cases)
+        print(f"\ninterrupted: {n} of the spec's {len(cases)} points are stored in {run.path}; "
+              f"`{again}` measures the rest", file=sys.stderr)
+        raise
     bar.close()
     run.finish()
     return run.path

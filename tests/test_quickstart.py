@@ -25,6 +25,19 @@ def test_quickstart_runs_the_default_batch_into_one_run(tmp_path, monkeypatch, c
     assert "HTML charts" in out and str(tmp_path / "run" / "02_gemv_sweep.html") in out
 
 
+def test_interrupted_quickstart_names_the_command_that_goes_on(tmp_path, monkeypatch, capsys):
+    """^C in the MoE sweep: the job re-raises (the command line exits 130) after saying which --out resumes it."""
+    def fake_batch(notebook, grid, *, out, progress, result):
+        if notebook == "03_moe_sweep":
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(qs, "run_batch", fake_batch)
+    with pytest.raises(KeyboardInterrupt):
+        qs.quickstart(out=tmp_path / "run", progress=False)
+    assert f"`./lab quickstart --out {tmp_path / 'run'}` goes on from there" in capsys.readouterr().err
+
+
 def test_compare_grid_uses_committed_runs_that_share_points(tmp_path, monkeypatch):
     from labkit import results
 

@@ -84,6 +84,32 @@ def test_route_all_measures_every_form_that_applies(tmp_path):
                    (70, "torch", "ok")]
 
 
+def test_interrupted_sweep_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """^C part way (a KeyboardInterrupt in the third point): the two points before it stay stored, the sweep
+    names the command that measures the rest, and `labkit sweep` exits 130 without a traceback."""
+    from labkit import bench
+    from labkit.cli import main
+
+    spec_file = tmp_path / "tiny.yaml"
+    spec_file.write_text(yaml.safe_dump(TINY))
+    measure, calls = bench.measure_linear, []
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return measure(*a, **k)
+
+    monkeypatch.setattr(bench, "measure_linear", interrupted)
+    run_dir = tmp_path / "run"
+    assert main(["sweep", str(spec_file), "--out", str(run_dir), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted: 2 of the spec's 6 points are stored in {run_dir}" in err
+    assert f"`./lab sweep {spec_file} --resume {run_dir}` measures the rest" in err
+    assert "labkit sweep: interrupted" in err and "Traceback" not in err
+    assert len(PointStore(run_dir).read()) == 2
+
+
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
     spec = {**TINY, "m": [1, 2, 3, 4, 5, 6]}  # 18 points
