@@ -370,6 +370,15 @@ def cmd_runs(args) -> int:
     if df.empty:
         print(f"no run folders under {args.root or 'results/'}")
         return 0
+    total = len(df)
+    if args.gpu:
+        df = df[df["gpu"].fillna("").str.contains(args.gpu, case=False, regex=False)]
+    if args.match:
+        df = df[df["run_id"].str.contains(args.match, case=False, regex=False)]
+    df = df.sort_values("run_id").tail(args.last) if args.last else df
+    if df.empty:
+        print(f"none of the {total} run folders matches")
+        return 1
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
@@ -805,6 +814,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help="list run folders: GPU, date, commit, points ok / incorrect / failed")
     p.add_argument("root", nargs="?", help="folder holding run folders (default results/)")
+    p.add_argument("--gpu", help="only runs whose GPU name contains this (e.g. H200, cpu)")
+    p.add_argument("--match", metavar="WORD", help="only runs whose id contains WORD (e.g. memcheck, moe-tables)")
+    p.add_argument("--last", type=int, metavar="N", help="only the newest N of those")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_runs)
 

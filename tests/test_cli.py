@@ -252,6 +252,14 @@ def test_compare_runs_and_sql_commands(tmp_path, capsys):
     assert main(["runs", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "ok  incorrect  failed" in out and out.count("linear 3") == 2
+    open_run(b).update_meta(gpu="NVIDIA H200")
+    assert main(["runs", str(tmp_path), "--gpu", "h200"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2 and rows[1].split()[0] == "b"
+    assert main(["runs", str(tmp_path), "--last", "1", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["b"]
+    assert main(["runs", str(tmp_path), "--match", "nope"]) == 1
+    assert "none of the 2 run folders matches" in capsys.readouterr().out
     assert main(["sql", "SELECT run_id, min(us_graph) AS best FROM points GROUP BY 1 ORDER BY 1", "--runs", str(a),
                  str(b), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"run_id": "a", "best": 10.0}, {"run_id": "b", "best": 5.0}]
