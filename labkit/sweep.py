@@ -294,7 +294,6 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     import torch
     from tqdm import tqdm
 
-    from . import bench
     from .results import PointStore, point_key
     from .runs import create_run, open_run
 
@@ -343,44 +342,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
             print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
     bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
     try:
-        groups: dict = {}
-        for c in todo:
-            groups.setdefault((c.shape, c.n, c.k) if spec["op"] == "linear" else c.model, []).append(c)
-        seed = len(done)
-        for key, group in groups.items():
-            if spec["op"] == "linear":
-                b = bench.LinearBench(key[1], key[2], max_m=max(c.m for c in group))
-                measure = bench.measure_linear
-            else:
-                from . import bench_moe
-
-                b = bench_moe.MoEBench(key, baseline=any(c.variant == "torch_bf16" for c in group))
-                measure = bench_moe.measure_moe
-            for c in group:
-                bar.set_postfix_str(f"{key[0] if isinstance(key, tuple) else key} m={c.key()['m']} {c.variant}",
-                                    refresh=False)
-                seed += 1
-                store.append(measure(c, b, ceilings=ceilings, seed=seed))
-                bar.update()
-            b.release()
-            if on_gpu:
-                torch.cuda.empty_cache()
-        if spec["op"] == "moe" and spec.get("route"):
-            from kernels.routing import route_forms, route_path
-
-            from . import bench_moe
-
-            models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
-            tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
-            for model in models:
-                E, k, H, _ = bench_moe.MODELS[model]
-                for t in tokens:  # route: true, the form route() picks; route: all, every form that applies
-                    forms = route_forms(t, E, k) if spec["route"] == "all" else [route_path(t, E, k)]
-                    for form in forms:
-                        key = {"op": "route", "variant": form, "config": {}, "m": t, "n": E, "k": H,
-                               "experts": E, "top_k": k, "routing": "from_logits"}
-                        if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
-                            store.append(bench_moe.measure_route(model, t, form=form))
+        _measure(spec, todo, done, store, ceilings, bar, on_gpu)
     except KeyboardInterrupt:
         bar.close()
         again = f"./lab sweep {given or name} --resume {run.path}"
@@ -392,6 +354,54 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     bar.close()
     run.finish()
     return run.path
+
+
+def _measure(spec: dict, todo: list, done: set, store, ceilings, bar, on_gpu: bool) -> None:
+    """Time `todo`'s cases, one bench per shape (linear) or model (moe), then the spec's route points; each
+    point is appended to `store` as it finishes, so an interrupted sweep keeps all but the point in flight."""
+    import torch
+
+    from . import bench
+    from .results import point_key
+
+    groups: dict = {}
+    for c in todo:
+        groups.setdefault((c.shape, c.n, c.k) if spec["op"] == "linear" else c.model, []).append(c)
+    seed = len(done)
+    for key, group in groups.items():
+        if spec["op"] == "linear":
+            b = bench.LinearBench(key[1], key[2], max_m=max(c.m for c in group))
+            measure = bench.measure_linear
+        else:
+            from . import bench_moe
+
+            b = bench_moe.MoEBench(key, baseline=any(c.variant == "torch_bf16" for c in group))
+            measure = bench_moe.measure_moe
+        for c in group:
+            bar.set_postfix_str(f"{key[0] if isinstance(key, tuple) else key} m={c.key()['m']} {c.variant}",
+                                refresh=False)
+            seed += 1
+            store.append(measure(c, b, ceilings=ceilings, seed=seed))
+            bar.update()
+        b.release()
+        if on_gpu:
+            torch.cuda.empty_cache()
+    if spec["op"] == "moe" and spec.get("route"):
+        from kernels.routing import route_forms, route_path
+
+        from . import bench_moe
+
+        models = spec["models"] if on_gpu else spec.get("cpu_models", ["tiny"])
+        tokens = spec["tokens"] if on_gpu else spec.get("cpu_tokens", spec["tokens"])
+        for model in models:
+            E, k, H, _ = bench_moe.MODELS[model]
+            for t in tokens:  # route: true, the form route() picks; route: all, every form that applies
+                forms = route_forms(t, E, k) if spec["route"] == "all" else [route_path(t, E, k)]
+                for form in forms:
+                    key = {"op": "route", "variant": form, "config": {}, "m": t, "n": E, "k": H,
+                           "experts": E, "top_k": k, "routing": "from_logits"}
+                    if point_key(key) not in done:  # a resumed sweep does not measure stored route points again
+                        store.append(bench_moe.measure_route(model, t, form=form))
 
 
 def sweep_points(spec, run_dirs=(), out_dir: str | Path | None = None, *, limit: int | None = None,
