@@ -187,10 +187,15 @@ def precompile(tasks: list[dict], workers: int | None = None, progress: bool = T
         return results
     import multiprocessing as mp
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    try:
         futs = [ex.submit(_task, t) for t in todo]
         for f in tqdm(as_completed(futs), total=len(futs), desc="compiling", disable=not progress, unit="kernel"):
             results.append(f.result())
+    except KeyboardInterrupt:  # ^C: drop the queued compiles instead of waiting minutes for them
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown()
     return results
 
 

@@ -318,33 +318,14 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         todo = todo[:limit]
     print(f"run folder: {run.path}\n{len(cases)} points in the spec, {len(cases) - len(todo)} already stored, "
           f"{len(todo)} to measure")
-    ceilings = None
-    if on_gpu and todo:
-        from .hardware import WAKE_LIMIT, measure_ceilings
-
-        print("measuring ceilings (read bandwidth, bf16 matmul) ...", flush=True)
-        ceilings = measure_ceilings()
-        run.update_meta(ceilings=ceilings.as_meta())
-        if ceilings.wake_ratio and ceilings.wake_ratio > WAKE_LIMIT:
-            print(f"warning: a timed call after a 30 ms host gap ran {ceilings.wake_ratio:.2f}x as long as warm: "
-                  "this GPU wakes more slowly than the spin kernel ahead of each timed call lasts, so points timed "
-                  "after a host stall read slow; raise LAB_SPIN_CYCLES (labkit.hardware.SPIN_CYCLES)", flush=True)
-        from .compile import precompile
-
-        if spec["op"] == "linear":
-            tasks = [{"variant": c.variant, "config": c.config, "m": c.m, "n": c.n, "k": c.k, "bias": c.bias}
-                     for c in todo if c.variant in VARIANTS]
-        else:
-            tasks = [{"op": "moe", "variant": c.variant, "config": c.config, "m": c.tokens, "experts": c.experts,
-                      "top_k": c.top_k, "n": 2 * c.intermediate, "k": c.hidden} for c in todo if c.variant in VARIANTS]
-        failed = [r for r in precompile(tasks, workers=precompile_workers, progress=progress) if not r["ok"]]
-        if failed:
-            print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
-    bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
+    bar = None
     try:
+        ceilings = _prepare_gpu(spec, todo, run, precompile_workers, progress) if on_gpu and todo else None
+        bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
         _measure(spec, todo, done, store, ceilings, bar, on_gpu)
     except KeyboardInterrupt:
-        bar.close()
+        if bar is not None:
+            bar.close()
         again = f"./lab sweep {given or name} --resume {run.path}"
         stored = store.done_keys()
         n = sum(point_key(c.key()) in stored for c in cases)
@@ -354,6 +335,31 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     bar.close()
     run.finish()
     return run.path
+
+
+def _prepare_gpu(spec: dict, todo: list, run, workers: int | None, progress: bool):
+    """Measure the ceilings into the run's meta, then compile every config of `todo` in parallel worker
+    processes (labkit.compile.precompile), so the timing loop only loads kernels; returns the ceilings."""
+    from .compile import precompile
+    from .hardware import WAKE_LIMIT, measure_ceilings
+
+    print("measuring ceilings (read bandwidth, bf16 matmul) ...", flush=True)
+    ceilings = measure_ceilings()
+    run.update_meta(ceilings=ceilings.as_meta())
+    if ceilings.wake_ratio and ceilings.wake_ratio > WAKE_LIMIT:
+        print(f"warning: a timed call after a 30 ms host gap ran {ceilings.wake_ratio:.2f}x as long as warm: "
+              "this GPU wakes more slowly than the spin kernel ahead of each timed call lasts, so points timed "
+              "after a host stall read slow; raise LAB_SPIN_CYCLES (labkit.hardware.SPIN_CYCLES)", flush=True)
+    if spec["op"] == "linear":
+        tasks = [{"variant": c.variant, "config": c.config, "m": c.m, "n": c.n, "k": c.k, "bias": c.bias}
+                 for c in todo if c.variant in VARIANTS]
+    else:
+        tasks = [{"op": "moe", "variant": c.variant, "config": c.config, "m": c.tokens, "experts": c.experts,
+                  "top_k": c.top_k, "n": 2 * c.intermediate, "k": c.hidden} for c in todo if c.variant in VARIANTS]
+    failed = [r for r in precompile(tasks, workers=workers, progress=progress) if not r["ok"]]
+    if failed:
+        print(f"{len(failed)} config(s) failed to compile; they are stored as failed points")
+    return ceilings
 
 
 def _measure(spec: dict, todo: list, done: set, store, ceilings, bar, on_gpu: bool) -> None:

@@ -110,6 +110,35 @@ def test_interrupted_sweep_says_how_to_go_on(tmp_path, monkeypatch, capsys):
     assert len(PointStore(run_dir).read()) == 2
 
 
+def test_interrupted_precompile_drops_the_queued_compiles(monkeypatch):
+    """^C while a GPU sweep compiles its configs in worker processes: precompile re-raises at once and cancels
+    what is queued, rather than leaving the executor to wait for every compile (minutes on a full spec)."""
+    from labkit import compile as comp
+
+    class Pool:
+        def __init__(self, **kw):
+            self.shutdowns = []
+            pools.append(self)
+
+        def submit(self, fn, task):
+            return task
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            self.shutdowns.append((wait, cancel_futures))
+
+    def interrupted(futs):
+        raise KeyboardInterrupt
+        yield
+
+    pools: list = []
+    monkeypatch.setattr(comp, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(comp, "as_completed", interrupted)
+    tasks = [{"variant": "gemv", "config": {"BLOCK_N": n}, "m": 1, "n": 64, "k": 64} for n in (16, 32, 64)]
+    with pytest.raises(KeyboardInterrupt):
+        comp.precompile(tasks, workers=2, progress=False)
+    assert pools[0].shutdowns == [(False, True)]
+
+
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
     spec = {**TINY, "m": [1, 2, 3, 4, 5, 6]}  # 18 points
