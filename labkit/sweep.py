@@ -314,10 +314,11 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     store = PointStore(run.path)
     done = store.done_keys()
     todo = [c for c in cases if point_key(c.key()) not in done]
+    stored = len(cases) - len(todo)
     if limit is not None:
         todo = todo[:limit]
-    print(f"run folder: {run.path}\n{len(cases)} points in the spec, {len(cases) - len(todo)} already stored, "
-          f"{len(todo)} to measure")
+    print(f"run folder: {run.path}\n{len(cases)} points in the spec, {stored} already stored, {len(todo)} to "
+          f"measure" + (f" (--limit {limit})" if limit is not None else ""))
     bar = None
     try:
         ceilings = _prepare_gpu(spec, todo, run, precompile_workers, progress) if on_gpu and todo else None

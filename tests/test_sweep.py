@@ -37,6 +37,14 @@ def test_small_sweep_end_to_end(tmp_path, capsys):
     assert len(resumes) == 1 and resumes[0]["what"] == "sweep tiny_linear" and "git_commit" in resumes[0]
 
 
+def test_limit_counts_what_is_stored_apart_from_what_it_leaves_out(tmp_path, capsys):
+    path = run_sweep(TINY, out=tmp_path / "run", limit=2, progress=False)
+    assert "6 points in the spec, 0 already stored, 2 to measure (--limit 2)" in capsys.readouterr().out
+    run_sweep(TINY, resume=path, limit=1, progress=False)
+    assert "6 points in the spec, 2 already stored, 1 to measure (--limit 1)" in capsys.readouterr().out
+    assert len(PointStore(path).read()) == 3
+
+
 def test_config_that_raises_is_recorded_failed(tmp_path, monkeypatch):
     from kernels import VARIANTS
 
