@@ -870,7 +870,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"labkit {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a long sweep stopped by ^C: its points are stored, and it said how to go on
-        print(f"labkit {command}: interrupted", file=sys.stderr)
+        from .runs import sigint_ignored
+
+        with sigint_ignored():
+            print(f"labkit {command}: interrupted", file=sys.stderr, flush=True)
         return 130
 
 

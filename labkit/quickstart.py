@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .notebooks import BatchResult, load_grid, run_batch
-from .runs import create_run
+from .runs import create_run, sigint_ignored
 
 STEPS = ("02_gemv_sweep", "03_moe_sweep", "05_compare", "01_roofline")
 
@@ -52,8 +52,9 @@ def quickstart(out: str | Path | None = None, *, progress: bool = True) -> Batch
         roofline = [{"gpu": "auto", "ceilings_from": str(run.path), "points_from": str(run.path)}] if on_gpu else [{}]
         run_batch("01_roofline", roofline, out=run.path, progress=progress, result=result)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the points measured so far are stored in {run.path}; "
-              f"`./lab quickstart --out {run.path}` goes on from there", file=sys.stderr)
+        with sigint_ignored():
+            print(f"\ninterrupted: the points measured so far are stored in {run.path}; "
+                  f"`./lab quickstart --out {run.path}` goes on from there", file=sys.stderr, flush=True)
         raise
     run.finish()
     print("\nHTML charts (open in a browser):")

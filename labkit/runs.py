@@ -6,6 +6,7 @@ the end time. Measured points are stored by labkit.results next to meta.json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -90,6 +91,23 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.path.name
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """Inside: SIGINT is ignored (main thread only). For the words a job prints when ^C stops it, which a second
+    ^C, or one signal sent to the process and to its group alike (`timeout -s INT` does both), would cut short."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def create_run(name: str, *, parameters: dict | None = None, out: str | Path | None = None,

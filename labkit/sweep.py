@@ -295,7 +295,7 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
     from tqdm import tqdm
 
     from .results import PointStore, point_key
-    from .runs import create_run, open_run
+    from .runs import create_run, open_run, sigint_ignored
 
     given = str(spec) if isinstance(spec, (str, Path)) else None
     spec = load_spec(spec)
@@ -325,13 +325,14 @@ def run_sweep(spec, *, out: str | Path | None = None, resume: str | Path | None 
         bar = tqdm(total=len(todo), disable=not progress, unit="pt", dynamic_ncols=True)
         _measure(spec, todo, done, store, ceilings, bar, on_gpu)
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
-        again = f"./lab sweep {given or name} --resume {run.path}"
-        stored = store.done_keys()
-        n = sum(point_key(c.key()) in stored for c in cases)
-        print(f"\ninterrupted: {n} of the spec's {len(cases)} points are stored in {run.path}; "
-              f"`{again}` measures the rest", file=sys.stderr)
+        with sigint_ignored():
+            if bar is not None:
+                bar.close()
+            again = f"./lab sweep {given or name} --resume {run.path}"
+            stored = store.done_keys()
+            n = sum(point_key(c.key()) in stored for c in cases)
+            print(f"\ninterrupted: {n} of the spec's {len(cases)} points are stored in {run.path}; "
+                  f"`{again}` measures the rest", file=sys.stderr, flush=True)
         raise
     bar.close()
     run.finish()

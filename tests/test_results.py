@@ -329,3 +329,21 @@ def test_the_committed_tree_fits_the_device_tools_carry():
             runs[f.split("/")[1]] = runs.get(f.split("/")[1], 0) + n
     big = {r: round(n / 2**20, 1) for r, n in runs.items() if n > 4 * 2**20}
     assert not big, f"run folders past 4 MiB: {big}"
+
+
+def test_sigint_ignored_drops_a_second_interrupt_and_restores_the_handler():
+    """A SIGINT inside (a second ^C while a job says how to go on) is dropped; after it, ^C raises again."""
+    import os
+    import signal
+    import time
+
+    from labkit.runs import sigint_ignored
+
+    before = signal.getsignal(signal.SIGINT)
+    with sigint_ignored():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
