@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from . import NOTEBOOKS_DIR
@@ -119,7 +120,7 @@ def run_batch(notebook: str, grid: list[dict], *, out: str | Path | None = None,
     """
     from tqdm import tqdm
 
-    from .runs import create_run, open_run
+    from .runs import create_run, open_run, sigint_ignored
 
     src = notebook_path(notebook)
     params = {"notebook": src.stem, "grid": grid}
@@ -138,13 +139,20 @@ def run_batch(notebook: str, grid: list[dict], *, out: str | Path | None = None,
             name = name.removesuffix(".ipynb") + "_.ipynb"
         names.append(name)
     bar = tqdm(list(zip(grid, names)), disable=not progress, unit="nb", dynamic_ncols=True)
-    for p, name in bar:
-        bar.set_postfix_str(name, refresh=True)
-        try:
-            result.outputs.append(execute_notebook(str(src), run.path, p, output_name=name))
-        except Exception as e:  # noqa: BLE001 - one failing notebook must not stop the batch
-            result.failures.append((name, _error_text(e)))
-            bar.write(f"FAILED {name}: {_error_text(e)}")
+    try:
+        for p, name in bar:
+            bar.set_postfix_str(name, refresh=True)
+            try:
+                result.outputs.append(execute_notebook(str(src), run.path, p, output_name=name))
+            except Exception as e:  # noqa: BLE001 - one failing notebook must not stop the batch
+                result.failures.append((name, _error_text(e)))
+                bar.write(f"FAILED {name}: {_error_text(e)}")
+    except KeyboardInterrupt:
+        with sigint_ignored():
+            bar.close()
+            print(f"\ninterrupted: {src.stem} stopped in {run.path}; run again with --out {run.path} to go on "
+                  "(the points its sweeps stored are not measured again)", file=sys.stderr, flush=True)
+        raise
     bar.close()
     run.finish()
     ok = len(grid) - sum(1 for n, _ in result.failures if n in names)

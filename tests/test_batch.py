@@ -65,3 +65,25 @@ def test_batch_goes_on_past_a_failed_notebook_and_lists_it(tmp_path, capsys):
     assert "2/3 notebook(s) executed" in out and "probe__x=2.ipynb: AssertionError: x is two" in out
     meta = json.loads((run / "meta.json").read_text())
     assert meta["finished"] and meta["parameters"]["batches"][0]["grid"] == [{"x": 1}, {"x": 2}, {"x": 3}]
+
+
+def test_interrupted_batch_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """^C during the second notebook: the first stays executed, the batch names the --out that goes on, and
+    `labkit batch` exits 130."""
+    from labkit import notebooks
+
+    def execute(src, out_dir, params, output_name):
+        if params["x"] == 2:
+            raise KeyboardInterrupt
+        return out_dir / output_name
+
+    monkeypatch.setattr(notebooks, "execute_notebook", execute)
+    nb = tmp_path / "probe.ipynb"
+    nb.write_text(json.dumps(NOTEBOOK))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("x: [1, 2, 3]\n")
+    run = tmp_path / "run"
+    assert main(["batch", str(nb), "--grid", str(grid), "--out", str(run), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted: probe stopped in {run}; run again with --out {run} to go on" in err
+    assert not json.loads((run / "meta.json").read_text())["finished"]
