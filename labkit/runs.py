@@ -106,8 +106,8 @@ def sigint_ignored():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    finally:  # None: a handler not set from Python, which cannot be put back
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def create_run(name: str, *, parameters: dict | None = None, out: str | Path | None = None,
