@@ -51,14 +51,20 @@ NOTEBOOK = {
 }
 
 
-@pytest.mark.slow
-def test_batch_goes_on_past_a_failed_notebook_and_lists_it(tmp_path, capsys):
+def _probe_batch(tmp_path):
+    """`labkit batch` arguments running NOTEBOOK for x = 1, 2, 3 into tmp_path/run, and that run folder."""
     nb = tmp_path / "probe.ipynb"
     nb.write_text(json.dumps(NOTEBOOK))
     grid = tmp_path / "grid.yaml"
     grid.write_text("x: [1, 2, 3]\n")
     run = tmp_path / "run"
-    assert main(["batch", str(nb), "--grid", str(grid), "--out", str(run), "--quiet"]) == 1
+    return ["batch", str(nb), "--grid", str(grid), "--out", str(run), "--quiet"], run
+
+
+@pytest.mark.slow
+def test_batch_goes_on_past_a_failed_notebook_and_lists_it(tmp_path, capsys):
+    argv, run = _probe_batch(tmp_path)
+    assert main(argv) == 1
     out = capsys.readouterr().out
     assert sorted(p.name for p in run.glob("*.ipynb")) == ["probe__x=1.ipynb", "probe__x=2.ipynb", "probe__x=3.ipynb"]
     assert sorted(p.name for p in run.glob("*.html")) == ["chart_1.html", "chart_3.html"]  # 3 ran after 2 failed
@@ -68,7 +74,7 @@ def test_batch_goes_on_past_a_failed_notebook_and_lists_it(tmp_path, capsys):
 
 
 def test_interrupted_batch_says_how_to_go_on(tmp_path, monkeypatch, capsys):
-    """^C during the second notebook: the first stays executed, the batch names the --out that goes on, and
+    """^C during the second notebook: the batch names the --out that goes on, leaves its run unfinished, and
     `labkit batch` exits 130."""
     from labkit import notebooks
 
@@ -78,12 +84,8 @@ def test_interrupted_batch_says_how_to_go_on(tmp_path, monkeypatch, capsys):
         return out_dir / output_name
 
     monkeypatch.setattr(notebooks, "execute_notebook", execute)
-    nb = tmp_path / "probe.ipynb"
-    nb.write_text(json.dumps(NOTEBOOK))
-    grid = tmp_path / "grid.yaml"
-    grid.write_text("x: [1, 2, 3]\n")
-    run = tmp_path / "run"
-    assert main(["batch", str(nb), "--grid", str(grid), "--out", str(run), "--quiet"]) == 130
+    argv, run = _probe_batch(tmp_path)
+    assert main(argv) == 130
     err = capsys.readouterr().err
     assert f"interrupted: probe stopped in {run}; run again with --out {run} to go on" in err
     assert not json.loads((run / "meta.json").read_text())["finished"]
