@@ -239,9 +239,6 @@ class MXFP4Tensor:
             raise IndexError("MXFP4Tensor indexing may only select along the leading (non-K) dimensions")
         return MXFP4Tensor(blocks, scales, self.layout, (*blocks.shape[:-2], self.K))
 
-    def has_nan_scales(self) -> bool:
-        return bool((self.scales == 255).any())
-
     def __repr__(self) -> str:
         return f"MXFP4Tensor(shape={self.shape}, layout={self.layout!r}, device={self.device})"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels import VARIANTS, MoESlots, MXFP4Tensor, Routing, moe_mxfp4, mxfp4_to_dense, route
+from kernels import MoESlots, MXFP4Tensor, Routing, moe_mxfp4, mxfp4_to_dense, route
 from kernels.moe import swiglu_rows
 from kernels.reference import reference_moe
 from kernels.routing import route_path
@@ -265,7 +265,3 @@ def measure_route(model: str, tokens: int, *, form: str | None = None, seed: int
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {_first_line(e)}"
     return row
-
-
-def moe_variants() -> list[str]:
-    return [n for n, v in VARIANTS.items() if v.op == "moe"]

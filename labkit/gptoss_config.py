@@ -38,10 +38,6 @@ class GptOssConfig:
         """Width of the attention output, the input of the out projection."""
         return self.q_heads * self.head_dim
 
-    def sliding(self, layer: int) -> bool:
-        """Whether `layer` (0-based) uses the 128-token sliding window."""
-        return layer % 2 == 0
-
     @property
     def sliding_layers(self) -> int:
         return (self.layers + 1) // 2

@@ -88,10 +88,6 @@ class Run:
         self.update_meta(resumes=self.meta.get("resumes", []) + [{"git_commit": git_commit(), "at": _now(),
                                                                    "what": what}])
 
-    @property
-    def run_id(self) -> str:
-        return self.path.name
-
 
 @contextlib.contextmanager
 def sigint_ignored():

@@ -82,11 +82,6 @@ def enable(*, nvtx: bool = True, profiler: bool = True, sync: bool = False) -> N
     _ENABLED = _domain is not None or _torch
 
 
-def disable() -> None:
-    global _ENABLED, _domain, _torch, _sync
-    _ENABLED, _domain, _torch, _sync = False, None, False, False
-
-
 def enabled() -> bool:
     return _ENABLED
 

@@ -9,7 +9,6 @@ one more entry of `lm_head_variants`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -64,9 +63,6 @@ def final_hidden(model: GptOss, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(model.device)
         model.forward(tokens, model.new_cache(*tokens.shape), all_logits=True)
     return out["final_norm"].reshape(-1, model.config.hidden)
-
-
-LmHead = Callable[[torch.Tensor], torch.Tensor]
 
 
 def lm_head_variants(weight: torch.Tensor, roundings=ROUNDINGS, w4a8_rounding: str = "floor") -> dict[str, dict]:
