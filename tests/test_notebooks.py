@@ -45,3 +45,22 @@ def test_sweep_notebook_charts_a_committed_gpu_run(name, tmp_path):
     text = out.read_text()
     assert "fraction of floor" in text and not (tmp_path / "points.parquet").exists()  # charted, not swept
     assert len(list(tmp_path.glob("*heatmap*.html"))) >= 2
+
+
+def _parameters(name: str) -> dict:
+    cells = json.loads((NOTEBOOKS_DIR / f"{name}.ipynb").read_text())["cells"]
+    cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    values: dict = {}
+    exec("".join(cell["source"]), {}, values)
+    return values
+
+
+def test_model_run_notebook_takes_the_profile_options():
+    """04_model_run sets every option `./lab model profile` has that changes what is measured, so a profile run
+    from the command line (e.g. `--layout rows+nib`, the decode leader on Hopper) can be repeated as a notebook."""
+    import inspect
+
+    from labkit.model.profile import profile_decode
+
+    measured = set(inspect.signature(profile_decode).parameters) - {"device", "profile_steps", "nvtx", "check"}
+    assert measured <= set(_parameters("04_model_run"))
