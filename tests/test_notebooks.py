@@ -55,12 +55,17 @@ def _parameters(name: str) -> dict:
     return values
 
 
-def test_model_run_notebook_takes_the_profile_options():
-    """04_model_run sets every option `./lab model profile` has that changes what is measured, so a profile run
-    from the command line (e.g. `--layout rows+nib`, the decode leader on Hopper) can be repeated as a notebook."""
+@pytest.mark.parametrize("name, fn, left_out", [
+    ("04_model_run", "labkit.model.profile:profile_decode", {"device", "profile_steps", "nvtx", "check"}),
+    ("06_divergence", "labkit.model.diverge:diverge", {"device", "tokens"}),
+])
+def test_model_notebooks_take_the_commands_options(name, fn, left_out):
+    """04_model_run and 06_divergence set every option of `./lab model profile` / `diverge` that changes what is
+    measured, so a command-line run (`--layout rows+nib`, the decode leader on Hopper; `--batch 8`, where near
+    ties route tokens apart) can be repeated as a notebook."""
+    import importlib
     import inspect
 
-    from labkit.model.profile import profile_decode
-
-    measured = set(inspect.signature(profile_decode).parameters) - {"device", "profile_steps", "nvtx", "check"}
-    assert measured <= set(_parameters("04_model_run"))
+    module, func = fn.split(":")
+    wanted = set(inspect.signature(getattr(importlib.import_module(module), func)).parameters) - left_out
+    assert wanted <= set(_parameters(name))
