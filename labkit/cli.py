@@ -528,7 +528,7 @@ def cmd_model_profile(args) -> int:
 
     result = profile_decode(args.model, weights=args.weights, batch=args.batch, prompt=args.prompt,
                             decode=args.decode, moe=args.moe, lm_head=args.lm_head, rounding=args.rounding,
-                            attention=args.attention, layout=args.layout,
+                            attention=args.attention, layout=args.layout, lm_head_layout=args.lm_head_layout or "",
                             seed=args.seed, device=args.device, profile_steps=args.profile_steps, nvtx=args.nvtx,
                             check=not args.no_check)
     print(result.summary())
@@ -599,6 +599,9 @@ def _add_model_parser(sub) -> None:
                    help="weight layout of the MXFP4 kernels: rows (prepare_mxfp4) or tiled (tile_mxfp4, the TILED "
                         "configs' auto tables), each also as shuffle_nibbles' copy (+nib: the NIB configs' tables); "
                         "default rows")
+    p.add_argument("--lm-head-layout", choices=list(HELD_LAYOUTS),
+                   help="the mxfp4 lm_head's own layout (default: --layout's); on an H200 tiled+nib's one-token "
+                        "lm_head config beats rows+nib's, whose experts lead decode")
     p.add_argument("--profile-steps", type=int, default=3, help="eager decode steps under torch.profiler")
     p.add_argument("--nvtx", action="store_true", help="emit NVTX ranges (domain mxfp4lab) for Nsight Systems")
     p.add_argument("--no-check", action="store_true", help="skip the parity check against the torch reference")

@@ -342,6 +342,33 @@ def test_backends_layout_is_checked_and_labelled_only_when_tiled():
     assert resolve_backends(device="cpu").layout == "rows"
 
 
+def test_lm_head_layout_is_the_heads_own(weights2, device):
+    """lm_head_layout holds the mxfp4 lm_head in a layout of its own (the fastest one-token lm_head config and
+    the fastest one-token experts need not share one): checked, labelled only where it differs and a kernel
+    reads it, the experts left in `layout`, and the head's logits those of the one-layout model's within the 1%
+    accumulation-order allowance of the tiled test below."""
+    from labkit.model.diverge import parse_variant
+
+    with pytest.raises(ValueError, match="lm_head_layout must be one of rows, tiled, rows\\+nib, tiled\\+nib"):
+        Backends(lm_head_layout="cols")
+    both = Backends(moe="triton", lm_head="mxfp4", layout="rows+nib", lm_head_layout="tiled+nib")
+    one = Backends(moe="triton", lm_head="mxfp4", layout="rows+nib")
+    assert both.label() == "moe=triton,lm_head=mxfp4/floor,layout=rows+nib,lm_head_layout=tiled+nib"
+    assert (both.head_layout, one.head_layout) == ("tiled+nib", "rows+nib") and both.reference() == one.reference()
+    assert dataclasses.replace(one, lm_head_layout="rows+nib").label() == one.label()
+    assert "lm_head_layout" not in Backends(lm_head="mxfp4-torch", lm_head_layout="tiled").label()
+    assert resolve_backends("triton", "mxfp4", device="cpu", layout="rows+nib", lm_head_layout="tiled+nib") == both
+    assert parse_variant("kernels,layout=rows+nib,lm_head_layout=tiled+nib").backends.head_layout == "tiled+nib"
+
+    w = weights2.to(device)
+    h = torch.randn(3, CFG2.hidden, generator=torch.Generator().manual_seed(7)).to(device, w.embedding.dtype)
+    ref, m = (GptOss(CFG2, w, b) for b in (one, both))
+    assert m.lm_head.q.tiled and m.lm_head.q.shuffled and not ref.lm_head.q.tiled
+    assert all(not lw.w1.tiled and lw.w1.shuffled for lw in m.weights.layers)
+    want, got = ref.lm_head(h).float(), m.lm_head(h).float()
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+
+
 def test_expert_rows_undoes_tile_mxfp4():
     """The torch MoE reads tiled experts through expert_rows: the exact row-major bytes back, with rows (40
     gate/linear pairs) and K (96) that both need tile_mxfp4's padding."""

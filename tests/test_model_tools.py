@@ -118,13 +118,16 @@ def test_cli_profile_stores_a_decode_step_run(tmp_path, capsys):
 
 
 def test_cli_profile_layout_is_a_run_parameter(tmp_path, capsys):
-    """--layout reaches the Backends, the run's parameters and its point's label; with the torch backends
-    (auto on a CPU) nothing reads the layout, so no parity check is run against an identical reference."""
+    """--layout (and --lm-head-layout) reach the Backends, the run's parameters and its point's label (the head's
+    only where a kernel reads it); with the torch backends (auto on a CPU) nothing reads the layout, so no
+    parity check is run against an identical reference."""
     assert main(["model", "profile", "--model", "tiny", "--prompt", "4", "--decode", "2", "--profile-steps", "1",
-                 "--layout", "tiled", "--device", "cpu", "--out", str(tmp_path / "run")]) == 0
+                 "--layout", "tiled", "--lm-head-layout", "rows+nib", "--device", "cpu", "--out",
+                 str(tmp_path / "run")]) == 0
     assert "layout=tiled" in capsys.readouterr().out
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["parameters"]["backends"]["layout"] == "tiled"
+    assert meta["parameters"]["backends"]["lm_head_layout"] == "rows+nib"
     pts = pd.read_parquet(tmp_path / "run" / "points.parquet")
     assert pts["variant"].tolist() == ["moe=torch,lm_head=mxfp4-torch/floor,layout=tiled"]
     assert json.loads((tmp_path / "run" / "profile.json").read_text())["parity"] is None

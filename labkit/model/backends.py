@@ -59,6 +59,7 @@ class Backends:
     lm_head_rounding: str = "floor"  # scale rule when the lm_head is quantized to MXFP4 at load
     attention: str = "torch"
     layout: str = "rows"  # weight layout of the MXFP4 kernels (see the module docstring)
+    lm_head_layout: str = ""  # the mxfp4 lm_head's own layout; "" follows `layout`
 
     def __post_init__(self):
         if self.attention not in ATTENTION_BACKENDS:
@@ -70,8 +71,15 @@ class Backends:
             raise ValueError(f"lm_head backend must be one of {', '.join(LM_HEAD_BACKENDS)}, got {self.lm_head!r}")
         if self.lm_head_rounding not in ROUNDINGS:
             raise ValueError(f"lm_head_rounding must be one of {', '.join(ROUNDINGS)}, got {self.lm_head_rounding!r}")
-        if self.layout not in HELD_LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {self.layout!r}")
+        for name in ("layout", "lm_head_layout"):
+            value = getattr(self, name)
+            if value not in HELD_LAYOUTS and not (name == "lm_head_layout" and value == ""):
+                raise ValueError(f"{name} must be one of {', '.join(HELD_LAYOUTS)}, got {value!r}")
+
+    @property
+    def head_layout(self) -> str:
+        """The layout the mxfp4 lm_head's weight is held in."""
+        return self.lm_head_layout or self.layout
 
     @property
     def graph_safe(self) -> bool:
@@ -82,6 +90,8 @@ class Backends:
         rounding = f"/{self.lm_head_rounding}" if self.lm_head != "bf16" else ""
         attention = "attention=triton," if self.attention == "triton" else ""  # runs before it had torch attention
         layout = f",layout={self.layout}" if self.layout != "rows" else ""  # row-major runs keep their old labels
+        if self.lm_head == "mxfp4" and self.head_layout != self.layout:
+            layout += f",lm_head_layout={self.head_layout}"
         return f"{attention}moe={self.moe},lm_head={self.lm_head}{rounding}{layout}"
 
     def reference(self) -> Backends:
@@ -93,7 +103,7 @@ class Backends:
 
 
 def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "floor", device=None,
-                     attention: str = "auto", layout: str = "rows") -> Backends:
+                     attention: str = "auto", layout: str = "rows", lm_head_layout: str = "") -> Backends:
     """'auto': the lab's kernels on a GPU (attention=triton, moe=triton, lm_head=mxfp4), their torch reference
     on a CPU (attention=torch, moe=torch, lm_head=mxfp4-torch). layout is taken as given (no 'auto')."""
     gpu = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
@@ -103,7 +113,8 @@ def resolve_backends(moe: str = "auto", lm_head: str = "auto", rounding: str = "
         moe = "triton" if gpu else "torch"
     if lm_head == "auto":
         lm_head = "mxfp4" if gpu else "mxfp4-torch"
-    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding, attention=attention, layout=layout)
+    return Backends(moe=moe, lm_head=lm_head, lm_head_rounding=rounding, attention=attention, layout=layout,
+                    lm_head_layout=lm_head_layout)
 
 
 def _import_kernel(name: str, backend: str):
@@ -211,4 +222,4 @@ def make_lm_head(backends: Backends, weight: torch.Tensor):
         return Bf16LmHead(weight)
     if backends.lm_head == "mxfp4-torch":
         return TorchMXFP4LmHead(weight, backends.lm_head_rounding)
-    return TritonMXFP4LmHead(weight, backends.lm_head_rounding, layout=backends.layout)
+    return TritonMXFP4LmHead(weight, backends.lm_head_rounding, layout=backends.head_layout)

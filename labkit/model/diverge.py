@@ -12,8 +12,9 @@ Variants are written as specs: "ref" (torch attention and MoE, bf16 lm_head), "k
 moe_mxfp4, mxfp4_linear),
 a fault name (ref with that fault), or comma-separated items mixing those with key=value settings:
 attention=torch|triton, moe=torch|torch-w4a8|triton, lm_head=bf16|mxfp4-torch|mxfp4,
-rounding=floor|ceil|rceil|even, layout=rows|tiled|rows+nib|tiled+nib (weight layout of the MXFP4 kernels), e.g.
-"kernels,sinks_dropped", "kernels,layout=tiled" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
+rounding=floor|ceil|rceil|even, layout=rows|tiled|rows+nib|tiled+nib (weight layout of the MXFP4 kernels),
+lm_head_layout= (the mxfp4 lm_head's own; layout's by default), e.g. "kernels,sinks_dropped",
+"kernels,layout=tiled" or "moe=torch,lm_head=mxfp4-torch,rounding=even".
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def parse_variant(spec: str | Variant) -> Variant:
         raise ValueError(f"variant spec must be a non-empty string, got {spec!r}")
     settings, faults = dict(BASES["ref"]), set()
     keys = {"moe": "moe", "lm_head": "lm_head", "lm-head": "lm_head", "rounding": "lm_head_rounding",
-            "attention": "attention", "layout": "layout"}
+            "attention": "attention", "layout": "layout", "lm_head_layout": "lm_head_layout"}
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         if "=" in item:
             key, value = (s.strip() for s in item.split("=", 1))
@@ -62,7 +63,7 @@ def parse_variant(spec: str | Variant) -> Variant:
                 settings[keys[key]] = value
             else:
                 raise ValueError(f"variant {spec!r}: unknown setting {key!r}; "
-                                 f"use attention=, moe=, lm_head=, rounding=, layout=, faults=")
+                                 f"use attention=, moe=, lm_head=, rounding=, layout=, lm_head_layout=, faults=")
         elif item in BASES:
             settings.update(BASES[item])
         elif item in FAULTS:

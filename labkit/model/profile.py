@@ -286,16 +286,18 @@ def load_model(model: str | ModelConfig, weights: str, backends: Backends, *, se
 def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: int = 1, prompt: int = 512,
                    decode: int = 64, moe: str = "auto", lm_head: str = "auto", rounding: str = "floor",
                    seed: int = 0, device=None, profile_steps: int = 3, nvtx: bool = False,
-                   check: bool = True, attention: str = "auto", layout: str = "rows") -> ProfileResult:
+                   check: bool = True, attention: str = "auto", layout: str = "rows",
+                   lm_head_layout: str = "") -> ProfileResult:
     """Load, prefill `prompt` tokens, decode `decode` tokens greedily; measure and break down decode time.
 
     layout: weight layout of the MXFP4 kernels, "rows", "tiled", "rows+nib" or "tiled+nib" (Backends.layout),
-    to measure end to end what a layout buys."""
+    to measure end to end what a layout buys; lm_head_layout: the mxfp4 lm_head's own ("" follows layout), since
+    the lm_head's fastest decode layout need not be the experts'."""
     for name, v in (("batch", batch), ("prompt", prompt), ("decode", decode), ("profile_steps", profile_steps)):
         if v < 1:
             raise ValueError(f"{name} must be at least 1, got {v}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    backends = resolve_backends(moe, lm_head, rounding, device, attention, layout)
+    backends = resolve_backends(moe, lm_head, rounding, device, attention, layout, lm_head_layout)
     cfg = get_config(model)
     gpu = device.type == "cuda"
     if gpu:
@@ -349,7 +351,7 @@ def profile_decode(model: str = "tiny", *, weights: str = "synthetic", batch: in
 
     status, rel, parity = "ok", None, None
     reference = backends.reference()
-    if check and reference != dataclasses.replace(backends, layout="rows"):  # torch backends ignore the layout
+    if check and reference != dataclasses.replace(backends, layout="rows", lm_head_layout=""):  # torch ignores layouts
         parity = _parity_check(m, reference, prompt_ids[:, : min(prompt, 32)])
         rel = parity["rel_err"]
         status = parity_status(parity)
