@@ -151,9 +151,9 @@ def cmd_roofline(args) -> int:
 
 def cmd_best(args) -> int:
     """The fastest correct variant/config per point of a run, vs the floor and its op's baseline."""
-    from .results import best_table, read_runs, resolve_run, vs_routing
+    from .results import best_table, read_runs, vs_routing
 
-    out = best_table(read_runs([resolve_run(args.run)]))
+    out = best_table(read_runs([args.run]))
     if out.empty:
         print("no ok points in this run")
         return 1

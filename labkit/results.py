@@ -169,14 +169,12 @@ def find_runs(root: str | Path | None = None) -> list[Path]:
 
 
 def read_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Points of many run folders in one DataFrame, with run_id, gpu and git_commit columns added."""
+    """Points of many run folders (paths or run ids, as resolve_run takes) in one DataFrame, with run_id, gpu
+    and git_commit columns added."""
     frames = []
     for p in paths:
-        p = Path(p)
-        meta_path = p / "meta.json"
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{p} is not a run folder (no meta.json)")
-        meta = json.loads(meta_path.read_text())
+        p = resolve_run(p)
+        meta = json.loads((p / "meta.json").read_text())
         df = PointStore(p).read()
         df.insert(0, "run_id", p.name)
         df["gpu"] = meta.get("gpu")
@@ -384,8 +382,8 @@ def compare_runs(a, b, *, min_band: float = MIN_BAND) -> pd.DataFrame:
     Where both runs recorded the SM clock (labkit.clocks), `clock_ratio` = B's mean SM clock over A's: a win
     or loss beside a clock ratio away from 1 may be the GPU's power state, not the code.
     """
-    da = a if isinstance(a, pd.DataFrame) else read_runs([resolve_run(a)])
-    db = b if isinstance(b, pd.DataFrame) else read_runs([resolve_run(b)])
+    da = a if isinstance(a, pd.DataFrame) else read_runs([a])
+    db = b if isinstance(b, pd.DataFrame) else read_runs([b])
     extra = [c for c in COMPARE_EXTRA_KEYS if c in da.columns and c in db.columns]
     keyed = []
     for name, d in (("A", da), ("B", db)):

@@ -417,12 +417,12 @@ def sweep_points(spec, run_dirs=(), out_dir: str | Path | None = None, *, limit:
     """The points a sweep notebook charts: read from `run_dirs` (paths or run ids) when given, else measured
     by running `spec` into out_dir (resuming it when it is already a run folder, so a batch of notebooks
     over one folder sweeps once) or into a new results/<run_id>. Returns read_runs' DataFrame."""
-    from .results import read_runs, resolve_run
+    from .results import read_runs
 
     if run_dirs:
         if isinstance(run_dirs, (str, Path)):
             run_dirs = [run_dirs]
-        return read_runs([resolve_run(r) for r in run_dirs])
+        return read_runs(run_dirs)
     if out_dir and (Path(out_dir) / "meta.json").is_file():
         path = run_sweep(spec, resume=out_dir, limit=limit, progress=progress)
     else:

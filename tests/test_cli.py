@@ -383,3 +383,41 @@ def test_sass_of_an_unknown_variant_names_the_known_ones():
 
     with pytest.raises(ValueError, match="unknown variant 'gemv_nope'; known: dequant_gemm"):
         static_report("gemv_nope", {}, 1, 64, 64)
+
+
+def _committed(run_id: str):
+    from labkit import RESULTS_DIR
+
+    path = RESULTS_DIR / run_id
+    if not (path / "meta.json").is_file():
+        pytest.skip(f"committed run {run_id} is not here")
+    return path
+
+
+def test_table_regret_takes_a_run_id(capsys):
+    """`table regret` (and every command reading points) takes a run id as well as a folder: read_runs resolves
+    it, where `table regret RUN_ID` had failed with 'not a run folder' after naming the tables."""
+    run = "20261129T174308-h200-linear-regret-h200"
+    _committed(run)
+    assert main(["table", "regret", run, "--op", "linear", "--layout", "tiled+nib"]) == 0
+    out = capsys.readouterr().out
+    assert "tables: kernels.tables_measured_h200.LINEAR_TABLES_TILED_NIB (what auto reads on NVIDIA H200)" in out
+    assert "regret of the tiled+nib tables against the best tiled+nib config, by shape" in out
+    assert "points with layout_regret above 1.05:" in out
+
+
+def test_timeline_from_a_stored_run_charts_it_without_a_gpu(tmp_path, capsys):
+    """`timeline --from RUN` summarizes a GPU's stored program records anywhere (README): the same summary and
+    stream tables as the run's own, and a chart per point, written into that folder."""
+    import shutil
+
+    src = _committed("20261129T195308-h200-moe-timeline-decode")
+    run = shutil.copytree(src, tmp_path / "run")
+    for f in [*run.glob("*.html"), run / "summary.csv", run / "stream.csv"]:
+        f.unlink()
+    assert main(["timeline", "--from", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"written under {run}" in out and "weight stream" in out
+    for name in ("summary.csv", "stream.csv"):
+        assert pd.read_csv(run / name).equals(pd.read_csv(src / name)), name
+    assert {p.name for p in run.glob("*.html")} == {p.name for p in src.glob("*.html")}
