@@ -97,3 +97,33 @@ def test_reference_errors():
         K.reference_linear(torch.randn(1, 32), K.quantize_mxfp4(torch.randn(4, 96)))
     with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
         K.reference_linear(torch.randn(1, 96), K.quantize_mxfp4(torch.randn(4, 96)), torch.zeros(5))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x[0], (torch.zeros(2, 1), torch.ones(2, 1)), w1, b1, w2, b2),
+     r"x must be 2-D \[T, H\], got shape \(64,\)"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, torch.randn(2, 4), w1[0], b1, w2, b2, k=2),
+     r"w1 must be \[E, 2I, H\] and w2 \[E, H, I\]"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, torch.randn(2, 4), w1[:, :63], b1, w2, b2, k=2),
+     r"the 2I dimension must be even"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, torch.randn(2, 4), w1, b1, torch.randn(4, 64, 16), b2, k=2),
+     r"w2 must have shape \(4, 64, 32\)"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, torch.randn(2, 4), w1, b1, w2, b2[:, :8], k=2),
+     r"b2 must have shape \(4, 64\)"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, torch.randn(3, 4), w1, b1, w2, b2, k=2),
+     r"routing logits must have shape \(2, 4\), got \(3, 4\)"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, [torch.zeros(2, 1)], w1, b1, w2, b2),
+     r"routing must be router logits"),
+    (lambda x, w1, b1, w2, b2: K.reference_moe(x, (torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 3)),
+                                               w1, b1, w2, b2),
+     r"ids and weights must both have shape \(2, k\), got \(2, 2\) and \(2, 3\)"),
+    (lambda x, w1, b1, w2, b2: K.topk_softmax(torch.randn(4), 1), r"logits must be 2-D \[T, E\]"),
+    (lambda x, w1, b1, w2, b2: K.reference_linear(x[0], torch.randn(4, 64)), r"x must be 2-D \[M, K\]"),
+    (lambda x, w1, b1, w2, b2: K.reference_linear(x, torch.randn(4, 64, 1)), r"w must be 2-D \[N, K\]"),
+])
+def test_reference_shape_errors_name_what_is_wrong(call, message):
+    """The references check their inputs as the kernels do (DESIGN.md's contract): each bad shape or routing
+    form fails with a message naming the argument and the shape it needs, not deep inside the math."""
+    w1, b1, w2, b2 = _layer()
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(torch.randn(2, 64), w1, b1, w2, b2)
