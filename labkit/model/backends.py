@@ -71,10 +71,11 @@ class Backends:
             raise ValueError(f"lm_head backend must be one of {', '.join(LM_HEAD_BACKENDS)}, got {self.lm_head!r}")
         if self.lm_head_rounding not in ROUNDINGS:
             raise ValueError(f"lm_head_rounding must be one of {', '.join(ROUNDINGS)}, got {self.lm_head_rounding!r}")
-        for name in ("layout", "lm_head_layout"):
-            value = getattr(self, name)
-            if value not in HELD_LAYOUTS and not (name == "lm_head_layout" and value == ""):
-                raise ValueError(f"{name} must be one of {', '.join(HELD_LAYOUTS)}, got {value!r}")
+        if self.layout not in HELD_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(HELD_LAYOUTS)}, got {self.layout!r}")
+        if self.lm_head_layout not in ("", *HELD_LAYOUTS):
+            raise ValueError(f"lm_head_layout must be one of {', '.join(HELD_LAYOUTS)} (or empty: layout's), "
+                             f"got {self.lm_head_layout!r}")
 
     @property
     def head_layout(self) -> str:
